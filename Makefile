@@ -1,0 +1,70 @@
+# nvlfleet — every entry point a person or CI uses. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)/cluster
+# Where cluster binaries are cached (by version) and where the running local cluster keeps its state.
+export NVLFLEET_CACHE ?= $(HOME)/.cache/nvlfleet
+export NVLFLEET_CLUSTER_DIR ?= $(CURDIR)/.cluster
+
+RACKS ?= 4
+GPU   ?= GB200
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@echo "==> creating $(VENV) and installing nvlfleet with its dev dependencies"
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+.PHONY: setup
+setup: $(VENV)/.installed ## create the virtualenv with nvlfleet and its dev tools
+
+.PHONY: lint
+lint: setup ## ruff, import-layer contracts, mypy (strict on the pure core)
+	$(VENV)/bin/ruff check operator tests bench cluster
+	$(VENV)/bin/ruff format --check operator tests bench cluster
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+.PHONY: fmt
+fmt: setup ## format the code
+	$(VENV)/bin/ruff format operator tests bench cluster
+	$(VENV)/bin/ruff check --fix operator tests bench cluster
+
+.PHONY: unit
+unit: setup ## unit tests of the pure core and CLI (no cluster)
+	$(PY) -m pytest -q tests/unit
+
+.PHONY: integration
+integration: setup cluster-up ## integration tests against the local real cluster
+	$(PY) -m pytest -q -m integration tests/integration
+
+.PHONY: test
+test: lint unit integration ## everything CI runs: lint, types, unit and integration tests
+
+.PHONY: crd
+crd: setup ## regenerate crds/ (and the chart's copy) from the models
+	$(VENV)/bin/nvlfleet crd > crds/nvlfleet.io_deepseekservings.yaml
+
+.PHONY: cluster-up
+cluster-up: setup ## build (or reuse) the binaries and start the local cluster; prints KUBECONFIG=...
+	@$(PY) -m localcluster up
+
+.PHONY: cluster-down
+cluster-down: ## stop the local cluster (by recorded PIDs) and remove its state
+	@test -x $(PY) && $(PY) -m localcluster down || python3 -m localcluster down
+
+.PHONY: cluster-status
+cluster-status: ## show the local cluster's components; prints KUBECONFIG=...
+	@$(PY) -m localcluster status
+
+.PHONY: fleet
+fleet: setup ## add a simulated NVL72 fleet: make fleet RACKS=4 GPU=GB200
+	@$(PY) -m localcluster fleet --racks $(RACKS) --gpu $(GPU)

@@ -1,0 +1,1 @@
+"""Subcommands of the ``nvlfleet`` CLI; each module is one command (see ``nvlfleet.cli``)."""
