@@ -1,7 +1,8 @@
 """The ``nvlfleet`` command line: one entry point, one subcommand per job.
 
-Each subcommand lives in ``nvlfleet.commands.<name>`` and exposes ``add_arguments(parser)`` and ``run(args) -> int``. Subcommands are imported only when chosen, so ``nvlfleet validate`` never pays for
-kopf or the Kubernetes client. Exit codes: 0 success, 1 bad input or failure, 2 where a command documents it.
+Each subcommand lives in ``nvlfleet.commands.<name>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> int``. Subcommands are imported only when chosen, so ``nvlfleet validate`` never pays for kopf or
+the Kubernetes client. Exit codes: 0 success, 1 bad input or failure, 2 where a command documents it.
 """
 
 from __future__ import annotations
