@@ -1,0 +1,334 @@
+"""Unit economics of a vLLM fleet: tokens/s, speculative-decoding yield, revenue and margin per GPU-hour.
+
+Pure core, last step of the telemetry flow: vLLM /metrics → ``telemetry`` (counters → per-second rates, summed
+over engines and leaders) → **economics** (rates × price table × time-of-day schedule) → Prometheus gauges and
+the serving's status. Also used offline by ``nvlfleet economics`` on two saved scrapes.
+
+Conventions:
+
+- A number that cannot be computed (no GPUs, no drafts, no running request, no price table) is ``None``, never 0:
+  a dashboard showing "no data" is honest, one showing $0 is wrong.
+- Prices are per 1M tokens. Prompt tokens served from the prefix cache (``vllm:prompt_tokens_cached``) are
+  billed at the cache-hit price, the rest of ``vllm:prompt_tokens`` at the cache-miss price, generated tokens
+  (``vllm:generation_tokens``) at the output price (``shared/reference/pricing.md``).
+- The schedule is a list of UTC windows ``[start, end)``; ``end`` before ``start`` crosses midnight; outside every
+  window the multiplier is 1. A measurement interval that crosses a window boundary is priced by integrating the
+  multiplier piecewise over the interval (``mean_multiplier``), i.e. assuming the token rate was constant over
+  the interval — the only assumption two counter samples allow. Pricing at the midpoint instead would bill a
+  15 s interval that is 1 s into off-peak entirely at the peak price.
+- Prefill/decode disaggregation: the prefill role computes every prompt and hands its KV cache to the decode
+  role, whose own ``vllm:prompt_tokens`` count the same prompts again (as external KV transfer). Each token is
+  billed once: with a prefill role, prefill bills prompt tokens and decode bills generated tokens
+  (``Billing.for_role``). Per-role token rates stay as vLLM measured them; ``total`` and revenue use the billed
+  view, so they add up across roles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+from collections.abc import Iterator, Sequence
+
+from nvlfleet import models, problems
+
+SECONDS_PER_DAY = 86_400
+SECONDS_PER_HOUR = 3_600
+TOKENS_PER_PRICE_UNIT = 1_000_000  # prices are per 1M tokens
+
+# Tolerance for ``prompt_cached > prompt`` caused by float rounding of counter rates (not by real data).
+_RELATIVE_SLACK = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """Per-second rates over one measurement interval, summed over DP engines (and over leaders when aggregated).
+
+    ``prompt`` counts every prompt token (cache hits included); ``prompt_cached`` is the cache-hit subset.
+    Speculative-decoding rates are ``None`` when the engine does not speculate (vLLM then omits the families).
+    ``running_requests`` is a gauge (requests in the batch), the mean of the interval's two samples.
+    """
+
+    prompt: float
+    prompt_cached: float
+    generation: float
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    running_requests: float | None = None
+
+    def __add__(self, other: Rates) -> Rates:
+        return Rates(
+            prompt=self.prompt + other.prompt,
+            prompt_cached=self.prompt_cached + other.prompt_cached,
+            generation=self.generation + other.generation,
+            spec_drafts=_add(self.spec_drafts, other.spec_drafts),
+            spec_draft_tokens=_add(self.spec_draft_tokens, other.spec_draft_tokens),
+            spec_accepted_tokens=_add(self.spec_accepted_tokens, other.spec_accepted_tokens),
+            running_requests=_add(self.running_requests, other.running_requests),
+        )
+
+
+ZERO_RATES = Rates(prompt=0.0, prompt_cached=0.0, generation=0.0)
+
+
+def total(rates: Sequence[Rates]) -> Rates:
+    """Sum of rates (over engines, leaders, domains); optional rates stay ``None`` only if absent everywhere."""
+    out = ZERO_RATES
+    for r in rates:
+        out = out + r
+    return out
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+@dataclasses.dataclass(frozen=True)
+class Billing:
+    """Which tokens a role is paid for (see the module docstring on prefill/decode disaggregation)."""
+
+    prompt: bool = True
+    generation: bool = True
+
+    @staticmethod
+    def for_role(role: str, *, disaggregated: bool) -> Billing:
+        """The billing of ``role`` in a serving that does (or does not) run a separate prefill role."""
+        if not disaggregated:
+            return BILL_ALL
+        if role == models.RoleName.PREFILL:
+            return Billing(prompt=True, generation=False)
+        if role == models.RoleName.DECODE:
+            return Billing(prompt=False, generation=True)
+        raise ValueError(f"unknown role {role!r}; expected one of {[r.value for r in models.RoleName]}")
+
+    def view(self, rates: Rates) -> Rates:
+        """``rates`` as counted towards a serving total: tokens this role is not paid for count as zero.
+
+        Requests in flight and speculative decoding belong to generation: a prefill engine runs each request
+        for one token, so its batch says nothing about streaming speed.
+        """
+        prompt = rates.prompt if self.prompt else 0.0
+        cached = rates.prompt_cached if self.prompt else 0.0
+        if self.generation:
+            return dataclasses.replace(rates, prompt=prompt, prompt_cached=cached)
+        return Rates(prompt=prompt, prompt_cached=cached, generation=0.0)
+
+
+BILL_ALL = Billing()
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRates:
+    """Tokens per second by kind. ``total`` is billed prompt + billed generation (all of both, unless the role
+    is one half of a prefill/decode pair); ``prompt_uncached`` is ``None`` when the counters are inconsistent."""
+
+    prompt: float
+    prompt_cached: float
+    prompt_uncached: float | None
+    generation: float
+    total: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Economics:
+    """Everything the gauges and the status report for one group of engines over one interval."""
+
+    tokens_per_second: TokenRates
+    gpus: int | None
+    tokens_per_second_per_gpu: float | None
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    streaming_tokens_per_second_per_request: float | None
+    price_multiplier: float | None
+    revenue_per_hour: float | None
+    revenue_per_gpu_hour: float | None
+    cost_per_gpu_hour: float | None
+    margin_per_gpu_hour: float | None
+    parity: float | None
+    currency: str | None
+
+
+def evaluate(
+    rates: Rates,
+    *,
+    gpus: int | None,
+    pricing: models.PricingSpec | None,
+    multiplier: float = 1.0,
+    billing: Billing = BILL_ALL,
+    parity_reference: float | None = None,
+) -> Economics:
+    """Economics of ``rates`` produced by ``gpus`` GPUs, priced at ``pricing`` × ``multiplier``.
+
+    ``multiplier`` is the schedule's multiplier for the measurement interval: ``mean_multiplier(pricing, start,
+    end)`` for an interval, ``multiplier_at(pricing, t)`` for an instant. ``parity_reference`` is the
+    reference total tokens/s per GPU (``spec.parity``).
+    """
+    billed = billing.view(rates)
+    uncached = _uncached(rates.prompt, rates.prompt_cached)
+    billed_uncached = _uncached(billed.prompt, billed.prompt_cached)
+    tokens = TokenRates(
+        prompt=rates.prompt,
+        prompt_cached=rates.prompt_cached,
+        prompt_uncached=uncached,
+        generation=rates.generation,
+        total=billed.prompt + billed.generation,
+    )
+    per_gpu = _ratio(tokens.total, gpus)
+
+    revenue_per_hour: float | None = None
+    if pricing is not None and billed_uncached is not None:
+        per_second = (
+            billed.prompt_cached * pricing.input_cache_hit_per_million
+            + billed_uncached * pricing.input_cache_miss_per_million
+            + billed.generation * pricing.output_per_million
+        ) / TOKENS_PER_PRICE_UNIT
+        revenue_per_hour = per_second * multiplier * SECONDS_PER_HOUR
+    revenue_per_gpu_hour = _ratio(revenue_per_hour, gpus)
+    cost = pricing.gpu_hour_cost if pricing is not None else None
+    margin = revenue_per_gpu_hour - cost if revenue_per_gpu_hour is not None and cost is not None else None
+
+    accepted = rates.spec_accepted_tokens
+    return Economics(
+        tokens_per_second=tokens,
+        gpus=gpus,
+        tokens_per_second_per_gpu=per_gpu,
+        acceptance_rate=_ratio(accepted, rates.spec_draft_tokens),
+        mean_accepted_length=_plus_one(_ratio(accepted, rates.spec_drafts)),
+        streaming_tokens_per_second_per_request=_ratio(rates.generation, rates.running_requests),
+        price_multiplier=multiplier if pricing is not None else None,
+        revenue_per_hour=revenue_per_hour,
+        revenue_per_gpu_hour=revenue_per_gpu_hour,
+        cost_per_gpu_hour=cost,
+        margin_per_gpu_hour=margin,
+        parity=_ratio(per_gpu, parity_reference),
+        currency=pricing.currency if pricing is not None else None,
+    )
+
+
+def _uncached(prompt: float, cached: float) -> float | None:
+    """Cache-miss prompt tokens/s; ``None`` if the cache-hit counter ran ahead of the prompt counter."""
+    uncached = prompt - cached
+    if uncached >= 0:
+        return uncached
+    if -uncached <= _RELATIVE_SLACK * max(prompt, cached):
+        return 0.0
+    return None
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def _plus_one(x: float | None) -> float | None:
+    return None if x is None else 1.0 + x
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Time-of-day schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class _Segment:
+    """A window's part within one UTC day: seconds of day ``[start, end)``."""
+
+    start: int
+    end: int
+    multiplier: float
+
+
+def _seconds_of_day(hhmm: str) -> int:
+    hours, minutes = hhmm.split(":")
+    return int(hours) * SECONDS_PER_HOUR + int(minutes) * 60
+
+
+def _split(start: int, end: int, multiplier: float) -> list[_Segment]:
+    if start < end:
+        return [_Segment(start, end, multiplier)]
+    tail = [_Segment(0, end, multiplier)] if end > 0 else []
+    return [_Segment(start, SECONDS_PER_DAY, multiplier), *tail]
+
+
+def _segments(pricing: models.PricingSpec) -> list[_Segment]:
+    """The schedule as same-day segments; a window crossing midnight becomes two."""
+    found = schedule_problems(pricing)
+    if found:
+        raise problems.InvalidSpec(found)
+    out: list[_Segment] = []
+    for window in pricing.schedule:
+        out += _split(_seconds_of_day(window.start), _seconds_of_day(window.end), window.multiplier)
+    return out
+
+
+def schedule_problems(pricing: models.PricingSpec, path: str = "spec.pricing.schedule") -> list[problems.Problem]:
+    """Empty and overlapping windows (the multiplier of an overlap would be ambiguous)."""
+    found: list[problems.Problem] = []
+    taken: list[tuple[_Segment, int]] = []  # segments of the windows accepted so far, with their window index
+    for i, window in enumerate(pricing.schedule):
+        here = problems.path(path, i)
+        start, end = _seconds_of_day(window.start), _seconds_of_day(window.end)
+        if start == end:
+            found.append(problems.Problem(here, f"window {window.name!r} is empty (start == end == {window.start})"))
+            continue
+        mine = _split(start, end, window.multiplier)
+        clash = next((j for s in mine for t, j in taken if s.start < t.end and t.start < s.end), None)
+        if clash is not None:
+            other = pricing.schedule[clash]
+            found.append(
+                problems.Problem(
+                    here,
+                    f"window {window.name!r} ({window.start}-{window.end}) overlaps window {other.name!r} "
+                    f"({other.start}-{other.end}); a time can have only one multiplier",
+                )
+            )
+            continue
+        taken += [(s, i) for s in mine]
+    return found
+
+
+def _timestamp(at: datetime.datetime) -> float:
+    if at.tzinfo is None:
+        raise ValueError(f"{at.isoformat()} has no time zone; prices are scheduled in UTC")
+    return at.timestamp()
+
+
+def multiplier_at(pricing: models.PricingSpec, at: datetime.datetime) -> float:
+    """The schedule's multiplier at the instant ``at`` (windows include their start, exclude their end)."""
+    second = _timestamp(at) % SECONDS_PER_DAY
+    for segment in _segments(pricing):
+        if segment.start <= second < segment.end:
+            return segment.multiplier
+    return 1.0
+
+
+def mean_multiplier(pricing: models.PricingSpec, start: datetime.datetime, end: datetime.datetime) -> float:
+    """The multiplier averaged over ``[start, end]``, integrating piecewise across window boundaries.
+
+    Revenue over the interval is then ``rate × base price × mean × duration`` exactly, for a constant rate.
+    An empty interval has the multiplier of its instant.
+    """
+    a, b = _timestamp(start), _timestamp(end)
+    if b < a:
+        raise ValueError(f"interval ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+    if b == a:
+        return multiplier_at(pricing, start)
+    extra = 0.0  # ∫ (multiplier - 1) dt over the interval
+    for segment, seconds in _overlaps(_segments(pricing), a, b):
+        extra += (segment.multiplier - 1.0) * seconds
+    return 1.0 + extra / (b - a)
+
+
+def _overlaps(segments: list[_Segment], a: float, b: float) -> Iterator[tuple[_Segment, float]]:
+    """Seconds of ``[a, b]`` (epoch seconds) inside each segment, day by day."""
+    for day in range(math.floor(a / SECONDS_PER_DAY), math.floor(b / SECONDS_PER_DAY) + 1):
+        midnight = day * SECONDS_PER_DAY
+        for segment in segments:
+            seconds = min(b, midnight + segment.end) - max(a, midnight + segment.start)
+            if seconds > 0:
+                yield segment, seconds
