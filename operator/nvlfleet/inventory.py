@@ -1,0 +1,493 @@
+"""What the fleet has: GPU nodes grouped by NVLink domain, which of them a serving may use, which are free.
+
+Pure core, first step of the data flow (inventory + spec → validate → plan → render → apply). It reads Node
+and Pod objects as the API server returns them (plain dicts from ``kubectl get nodes -o yaml`` or the client's
+``to_dict`` in camelCase) and keeps only what placement needs: the domain label, the GPU product, allocatable
+``nvidia.com/gpu``, readiness, cordons, taints, and which nodes are already held by a GPU pod. ``planner``
+turns that into group counts per domain.
+
+Decisions worth knowing:
+
+* A **domain** is the set of nodes sharing one value of the domain label (default ``nvidia.com/gpu.clique``,
+  the NVLink domain published by GPU Feature Discovery). Generations whose NVLink stops at the node (B200,
+  H200) use **node scope**: every GPU node without the domain label is its own domain, pinned by
+  ``kubernetes.io/hostname``, so only single-node groups fit there. A node without the domain label is never
+  part of a clique domain, so it never hosts a multi-node group; on GB200/GB300 it is not used at all, because
+  a missing clique means its GPUs disagree about the fabric. The two scopes never share a node, so capacity
+  bookkeeping can key domains by their label value alone.
+* A node is **usable** for a serving when it is Ready, not cordoned, has the serving's GPU product, allocates
+  at least the GPUs one pod requests, matches the serving's node selector, and every NoSchedule/NoExecute
+  taint is tolerated (standard Kubernetes matching, see ``Toleration.tolerates``).
+* A node is **free** when no running or pending-on-node pod requests ``nvidia.com/gpu`` on it: nvlfleet runs
+  one vLLM pod per node requesting all its GPUs, so any GPU pod makes the node unavailable. GPUs requested
+  through DRA claims other than ``nvidia.com/gpu`` are not seen.
+* Pods of nvlfleet servings are recognised by the labels ``nvlfleet.io/serving`` and ``nvlfleet.io/role`` in
+  their namespace, so the planner can tell "held by this serving's own group" from "held by someone else".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Literal, NamedTuple
+
+from nvlfleet import models, problems
+
+DEFAULT_DOMAIN_LABEL = models.DEFAULT_DOMAIN_LABEL
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SERVING_LABEL = "nvlfleet.io/serving"
+ROLE_LABEL = "nvlfleet.io/role"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+# Only these taint effects keep a pod off a node; PreferNoSchedule merely lowers the node's score.
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_CLIQUE_FORM = re.compile(r"^([0-9a-fA-F]{8})[0-9a-fA-F-]{28}\.([0-9]+)$")
+
+Scope = Literal["clique", "node"]
+
+
+class ServingKey(NamedTuple):
+    """A DeepSeekServing by namespace and name; sorts the way plans are ordered."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class RoleKey(NamedTuple):
+    """One role (decode, prefill) of one serving: the unit that owns groups."""
+
+    serving: ServingKey
+    role: str
+
+    def __str__(self) -> str:
+        return f"{self.serving} {self.role}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Toleration:
+    """A pod toleration; ``operator`` is Equal or Exists, empty ``effect`` matches every effect."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' own rule (``Toleration.ToleratesTaint``), plus one planning rule.
+
+        Empty key with Exists matches every key; empty effect matches every effect; Equal compares values.
+        The planning rule: a NoExecute toleration with ``tolerationSeconds`` only delays eviction, so it does
+        not make the node usable for a long-running engine.
+        """
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if taint.effect == "NoExecute" and self.toleration_seconds is not None:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRequirements:
+    """What one vLLM pod of a role asks of its node; equal requirements share capacity bookkeeping.
+
+    ``node_selector`` is a sorted tuple of (label, value) so the object stays hashable.
+    """
+
+    gpu_product: str
+    gpus_per_node: int
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    scope: Scope = "clique"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPod:
+    """A pod bound to a node and requesting GPUs; ``owner`` is set for pods of nvlfleet servings."""
+
+    namespace: str
+    name: str
+    node: str
+    gpus: int
+    owner: RoleKey | None = None
+    group: str | None = None  # identity of its LeaderWorkerSet group, when labelled
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Node:
+    """The placement-relevant facts of one Kubernetes node."""
+
+    name: str
+    labels: Mapping[str, str]
+    gpus: int  # allocatable nvidia.com/gpu
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...] = ()
+    pods: tuple[GpuPod, ...] = ()
+
+    @property
+    def gpu_product(self) -> str | None:
+        return self.labels.get(PRODUCT_LABEL)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pods)
+
+    @property
+    def hostname(self) -> str:
+        return self.labels.get(HOSTNAME_LABEL, self.name)
+
+    @property
+    def schedulable(self) -> bool:
+        """Ready, not cordoned and offering GPUs: usable by someone, whatever their tolerations."""
+        return self.ready and not self.unschedulable and self.gpus > 0
+
+    def with_pods(self, pods: Sequence[GpuPod]) -> Node:
+        return dataclasses.replace(self, pods=tuple(pods))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Domain:
+    """Nodes that share one NVLink domain. ``label``/``key`` is the node-affinity term that pins a pod to it."""
+
+    key: str
+    label: str
+    nodes: tuple[Node, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Inventory:
+    """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them."""
+
+    nodes: tuple[Node, ...]
+    domain_label: str = DEFAULT_DOMAIN_LABEL
+
+    def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
+        """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""
+        if scope == "node":
+            alone = [n for n in self.nodes if not n.labels.get(self.domain_label) and _has_gpus(n)]
+            return tuple(Domain(n.hostname, HOSTNAME_LABEL, (n,)) for n in sorted(alone, key=_hostname))
+        members: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            key = node.labels.get(self.domain_label)
+            if key:
+                members.setdefault(key, []).append(node)
+        return tuple(Domain(k, self.domain_label, tuple(members[k])) for k in sorted(members))
+
+    def domain_key(self, node: Node, scope: Scope = "clique") -> str | None:
+        """The key of the domain ``node`` belongs to in ``scope``, or None when it belongs to none."""
+        clique = node.labels.get(self.domain_label) or None
+        if scope == "clique":
+            return clique
+        return node.hostname if clique is None and _has_gpus(node) else None
+
+
+def _hostname(node: Node) -> str:
+    return node.hostname
+
+
+def _has_gpus(node: Node) -> bool:
+    return node.gpus > 0 or node.gpu_product is not None
+
+
+def build(nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str = DEFAULT_DOMAIN_LABEL) -> Inventory:
+    """An inventory from parsed nodes and pods; pods on nodes not listed are ignored (they hold nothing here)."""
+    by_node: dict[str, list[GpuPod]] = {}
+    for pod in pods:
+        by_node.setdefault(pod.node, []).append(pod)
+    merged = [
+        n.with_pods([*n.pods, *sorted(by_node.get(n.name, ()), key=lambda p: (p.namespace, p.name))]) for n in nodes
+    ]
+    return Inventory(nodes=tuple(sorted(merged, key=lambda n: n.name)), domain_label=domain_label)
+
+
+def from_objects(
+    nodes: Iterable[object], pods: Iterable[object] = (), domain_label: str = DEFAULT_DOMAIN_LABEL
+) -> Inventory:
+    """Parse Node and Pod objects (dicts); raises ``problems.InvalidSpec`` naming ``nodes[i].field`` paths."""
+    found: list[problems.Problem] = []
+    parsed_nodes = [parse_node(obj, f"nodes[{i}]", found) for i, obj in enumerate(nodes)]
+    parsed_pods = [parse_pod(obj, f"pods[{i}]", found) for i, obj in enumerate(pods)]
+    if found:
+        raise problems.InvalidSpec(found)
+    return build([n for n in parsed_nodes if n is not None], [p for p in parsed_pods if p is not None], domain_label)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Who may use a node
+
+
+def blocking_taint(node: Node, tolerations: Sequence[Toleration]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint of ``node`` that no toleration matches, if any."""
+    for taint in node.taints:
+        if taint.effect in _BLOCKING_EFFECTS and not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+def unusable_reason(node: Node, req: NodeRequirements, domain_label: str = DEFAULT_DOMAIN_LABEL) -> str | None:
+    """Why a pod with ``req`` cannot run on ``node`` (a short phrase for counting), or None when it can.
+
+    Busy nodes are usable in this sense: whether a node is free is a separate question.
+    """
+    if node.gpu_product != req.gpu_product:
+        return f"GPU product {node.gpu_product or 'unlabelled'}"
+    if req.scope == "clique" and not node.labels.get(domain_label):
+        return f"without the {domain_label} label"
+    if req.scope == "node" and node.labels.get(domain_label):
+        return f"inside an NVLink domain ({domain_label} is set)"
+    if not node.ready:
+        return "not Ready"
+    if node.unschedulable:
+        return "cordoned"
+    if node.gpus < req.gpus_per_node:
+        return f"fewer than {req.gpus_per_node} allocatable {GPU_RESOURCE}"
+    for key, value in req.node_selector:
+        if node.labels.get(key) != value:
+            return f"not matching the node selector {key}={value}"
+    taint = blocking_taint(node, req.tolerations)
+    if taint is not None:
+        return f"with the taint {taint} not tolerated"
+    return None
+
+
+def usable(node: Node, req: NodeRequirements, domain_label: str = DEFAULT_DOMAIN_LABEL) -> bool:
+    return unusable_reason(node, req, domain_label) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Groups already running
+
+
+def observed_placements(inv: Inventory, scope: Scope = "clique") -> dict[RoleKey, dict[str, int]]:
+    """Groups of each serving role per domain, counted from their pods (for when status.placement is lost).
+
+    A group is identified by its LeaderWorkerSet name and group index; a pod without those labels counts as a
+    group of its own. A group whose pods sit in several domains (which nvlfleet never plans) is counted where
+    most of its pods are, ties to the smaller domain key.
+    """
+    pods_of: dict[tuple[RoleKey, str], dict[str, int]] = {}
+    for node in inv.nodes:
+        key = inv.domain_key(node, scope)
+        if key is None:
+            continue
+        for pod in node.pods:
+            if pod.owner is None:
+                continue
+            group = pod.group if pod.group is not None else f"pod/{pod.namespace}/{pod.name}"
+            where = pods_of.setdefault((pod.owner, group), {})
+            where[key] = where.get(key, 0) + 1
+    out: dict[RoleKey, dict[str, int]] = {}
+    for (owner, _group), where in sorted(pods_of.items()):
+        home = min(where, key=lambda k: (-where[k], k))
+        placed = out.setdefault(owner, {})
+        placed[home] = placed.get(home, 0) + 1
+    return {owner: dict(sorted(placed.items())) for owner, placed in out.items()}
+
+
+def short_domain(key: str) -> str:
+    """A readable id for a domain key: ``61248eac-4785-…-231635e37e9d.20663`` becomes ``61248eac.20663``.
+
+    For people only (tables, messages); names and selectors always use the full key.
+    """
+    match = _CLIQUE_FORM.match(key)
+    return f"{match.group(1)}.{match.group(2)}" if match else key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parsing Node and Pod objects
+
+
+def parse_node(obj: object, path: str, found: list[problems.Problem]) -> Node | None:
+    """One Node object; appends a problem per malformed field to ``found`` and returns None when unusable."""
+    before = len(found)
+    node = _mapping(obj, path, found)
+    meta = _mapping(node.get("metadata", {}), f"{path}.metadata", found)
+    spec = _mapping(node.get("spec", {}) or {}, f"{path}.spec", found)
+    status = _mapping(node.get("status", {}) or {}, f"{path}.status", found)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        found.append(problems.Problem(f"{path}.metadata.name", "a Node needs a name"))
+    labels = _string_map(meta.get("labels", {}) or {}, f"{path}.metadata.labels", found)
+    allocatable = _mapping(status.get("allocatable", {}) or {}, f"{path}.status.allocatable", found)
+    gpus = _count(allocatable.get(GPU_RESOURCE, 0), f'{path}.status.allocatable["{GPU_RESOURCE}"]', found)
+    taints = tuple(
+        t
+        for i, item in enumerate(_list(spec.get("taints", []) or [], f"{path}.spec.taints", found))
+        if (t := _taint(item, f"{path}.spec.taints[{i}]", found)) is not None
+    )
+    ready = False
+    for i, item in enumerate(_list(status.get("conditions", []) or [], f"{path}.status.conditions", found)):
+        cond = _mapping(item, f"{path}.status.conditions[{i}]", found)
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+    unschedulable = spec.get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        found.append(problems.Problem(f"{path}.spec.unschedulable", f"expected true or false, got {unschedulable!r}"))
+    if len(found) > before or not isinstance(name, str):
+        return None
+    return Node(name=name, labels=labels, gpus=gpus, ready=ready, unschedulable=bool(unschedulable), taints=taints)
+
+
+def parse_pod(obj: object, path: str, found: list[problems.Problem]) -> GpuPod | None:
+    """One Pod object, or None when it holds no GPU of a node (no GPUs, not bound, or finished)."""
+    before = len(found)
+    pod = _mapping(obj, path, found)
+    meta = _mapping(pod.get("metadata", {}), f"{path}.metadata", found)
+    spec = _mapping(pod.get("spec", {}) or {}, f"{path}.spec", found)
+    status = _mapping(pod.get("status", {}) or {}, f"{path}.status", found)
+    labels = _string_map(meta.get("labels", {}) or {}, f"{path}.metadata.labels", found)
+    name, namespace, node = meta.get("name"), meta.get("namespace", "default"), spec.get("nodeName")
+    gpus = _pod_gpus(spec, f"{path}.spec", found)
+    if len(found) > before or not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    if not isinstance(node, str) or not node or gpus == 0 or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    serving, role = labels.get(SERVING_LABEL), labels.get(ROLE_LABEL)
+    owner = RoleKey(ServingKey(namespace, serving), role) if serving and role else None
+    lws, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    group = f"{lws}/{index}" if lws and index is not None else None
+    return GpuPod(namespace=namespace, name=name, node=node, gpus=gpus, owner=owner, group=group)
+
+
+def parse_tolerations(items: Sequence[object], path: str) -> tuple[Toleration, ...]:
+    """Tolerations as written in a pod spec; raises ``problems.InvalidSpec`` with field paths."""
+    found: list[problems.Problem] = []
+    out = tuple(t for i, item in enumerate(items) if (t := _toleration(item, f"{path}[{i}]", found)) is not None)
+    if found:
+        raise problems.InvalidSpec(found)
+    return out
+
+
+def _pod_gpus(spec: Mapping[str, object], path: str, found: list[problems.Problem]) -> int:
+    """GPUs the scheduler reserves for the pod: containers (and sidecars) add up, plain init containers peak."""
+
+    def requested(field: str) -> Iterator[tuple[int, bool]]:
+        for i, item in enumerate(_list(spec.get(field, []) or [], f"{path}.{field}", found)):
+            container = _mapping(item, f"{path}.{field}[{i}]", found)
+            res = _mapping(container.get("resources", {}) or {}, f"{path}.{field}[{i}].resources", found)
+            amount = 0
+            for kind in ("limits", "requests"):
+                quantities = _mapping(res.get(kind, {}) or {}, f"{path}.{field}[{i}].resources.{kind}", found)
+                if GPU_RESOURCE in quantities:
+                    where = f'{path}.{field}[{i}].resources.{kind}["{GPU_RESOURCE}"]'
+                    amount = max(amount, _count(quantities[GPU_RESOURCE], where, found))
+            yield amount, container.get("restartPolicy") == "Always"
+
+    running = sum(amount for amount, _ in requested("containers"))
+    init_peak = 0
+    for amount, sidecar in requested("initContainers"):
+        if sidecar:
+            running += amount
+        else:
+            init_peak = max(init_peak, amount)
+    return max(running, init_peak)
+
+
+def _taint(obj: object, path: str, found: list[problems.Problem]) -> Taint | None:
+    taint = _mapping(obj, path, found)
+    key, value, effect = taint.get("key"), taint.get("value", "") or "", taint.get("effect")
+    if not isinstance(key, str) or not key:
+        found.append(problems.Problem(f"{path}.key", "a taint needs a key"))
+        return None
+    if effect not in _EFFECTS:
+        found.append(problems.Problem(f"{path}.effect", f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
+        return None
+    return Taint(key=key, value=str(value), effect=str(effect))
+
+
+def _toleration(obj: object, path: str, found: list[problems.Problem]) -> Toleration | None:
+    tol = _mapping(obj, path, found)
+    key, operator, value = tol.get("key", "") or "", tol.get("operator", "Equal") or "Equal", tol.get("value", "")
+    effect, seconds = tol.get("effect", "") or "", tol.get("tolerationSeconds")
+    before = len(found)
+    if not isinstance(key, str):
+        found.append(problems.Problem(f"{path}.key", f"expected a string, got {key!r}"))
+    if operator not in ("Equal", "Exists"):
+        found.append(problems.Problem(f"{path}.operator", f"expected Equal or Exists, got {operator!r}"))
+    if operator == "Exists" and value:
+        found.append(problems.Problem(f"{path}.value", "must be empty when operator is Exists"))
+    if operator == "Equal" and not key:
+        found.append(problems.Problem(f"{path}.key", "an empty key needs operator Exists"))
+    if not isinstance(value, str | None):
+        found.append(problems.Problem(f"{path}.value", f"expected a string, got {value!r}"))
+    if effect and effect not in _EFFECTS:
+        found.append(problems.Problem(f"{path}.effect", f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
+    if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool)):
+        found.append(problems.Problem(f"{path}.tolerationSeconds", f"expected an integer, got {seconds!r}"))
+    if len(found) > before:
+        return None
+    return Toleration(
+        key=str(key),
+        operator="Exists" if operator == "Exists" else "Equal",
+        value=str(value or ""),
+        effect=str(effect),
+        toleration_seconds=seconds if isinstance(seconds, int) else None,
+    )
+
+
+def _mapping(obj: object, path: str, found: list[problems.Problem]) -> Mapping[str, object]:
+    if isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj):
+        return obj
+    found.append(problems.Problem(path, f"expected a mapping, got {_kind(obj)}"))
+    return {}
+
+
+def _list(obj: object, path: str, found: list[problems.Problem]) -> Sequence[object]:
+    if isinstance(obj, list | tuple):
+        return obj
+    found.append(problems.Problem(path, f"expected a list, got {_kind(obj)}"))
+    return ()
+
+
+def _string_map(obj: object, path: str, found: list[problems.Problem]) -> dict[str, str]:
+    raw = _mapping(obj, path, found)
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            out[key] = value
+        else:
+            found.append(problems.Problem(f'{path}["{key}"]', f"expected a string, got {_kind(value)}"))
+    return out
+
+
+def _count(obj: object, path: str, found: list[problems.Problem]) -> int:
+    """An extended-resource quantity: Kubernetes only allows whole numbers for ``nvidia.com/gpu``."""
+    if isinstance(obj, int) and not isinstance(obj, bool) and obj >= 0:
+        return obj
+    if isinstance(obj, str) and obj.isdigit():
+        return int(obj)
+    found.append(problems.Problem(path, f"expected a whole number of GPUs, got {obj!r}"))
+    return 0
+
+
+def _kind(obj: object) -> str:
+    if obj is None:
+        return "nothing"
+    if isinstance(obj, Mapping):
+        return "a mapping"
+    if isinstance(obj, list | tuple):
+        return "a list"
+    return f"{type(obj).__name__} {obj!r}"

@@ -1,0 +1,536 @@
+"""Which NVLink domain each engine group goes to: whole groups, packed, never moved, never over-committed.
+
+Pure core, between inventory and render (inventory + spec → validate → **plan** → render → apply). The one
+entry point is ``plan(inv, demands, placements) -> Plan``; ``demands`` and ``placements`` turn a parsed
+DeepSeekServing into its inputs. The operator calls it every reconcile, ``nvlfleet plan`` and
+``nvlfleet render --nodes`` call it once.
+
+A **group** is one vLLM engine (one LeaderWorkerSet replica): ``nodes_per_group`` nodes, one pod per node. It
+must sit inside one NVLink domain, or the expert all-to-all leaves the NVLink fabric.
+
+Rules, in the order they apply:
+
+1. **Existing groups stay where they are.** A role's current placement (from its status, or observed from its
+   pods with ``inventory.observed_placements``) is kept, counted at the size the demand asks for (that is what
+   the re-rendered LeaderWorkerSet runs). Placements of servings that are not being planned are held as given.
+2. **Scale-down first, for every demand, before anything new is placed.** Groups are removed first from
+   domains where the role's groups cannot all run (the domain lost nodes), then, under ``pack``, from the
+   domain holding the fewest groups of the role (the least-filled one, so the role consolidates and whole
+   LeaderWorkerSets go away), under ``spread`` from the one holding the most. Ties go to the smaller key.
+3. **New groups, demand by demand** in (namespace, name, larger groups first, role) order, so a serving's plan
+   never depends on servings sorted after it. Each group goes to the domain that fits it with the fewest free
+   nodes left (best fit: big holes stay big for big groups). Under ``pack`` a domain that already holds a
+   group of the same serving (either role) comes first, so prefill and decode share the NVLink fabric for the
+   KV-cache hand-off. Under ``spread`` the domain with the fewest groups of the role, then of the serving,
+   comes first (failure isolation; more groups than domains share domains evenly). Ties go to the smaller key.
+4. **Never over-commit.** Capacity is counted in nodes over the steady state the plan describes: a domain's
+   free nodes minus the nodes that placed groups still need (groups of any serving that are placed but whose
+   pods are not all bound yet, including groups planned a moment earlier in this same call). Nodes that a
+   scale-down will release are *not* reused in the same plan: their pods still hold them, the next plan sees
+   them free. When requirements differ (tolerations, node selector), the scheduler may give any node a
+   serving accepts to that serving, so in a domain the nodes still needed may not exceed the free nodes of the
+   *most restricted* requirement with needs there; that keeps every placed group schedulable whatever order
+   the scheduler binds pods in.
+
+A pod of a group that sits on a cordoned or NotReady node is expected to be replaced, so its group still
+needs a free node. Everything is deterministic: same inputs, same plan; no clock, no randomness.
+
+Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread``, plus one
+pass over the nodes per distinct requirement; 1,000 groups on 100 racks plan in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
+
+from nvlfleet import hardware, inventory, models
+
+Strategy = Literal["pack", "spread"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Demand:
+    """How many groups of one serving role are wanted, and what their pods need from a node."""
+
+    serving: inventory.ServingKey
+    role: str
+    nodes_per_group: int
+    groups: int
+    requirements: inventory.NodeRequirements
+    strategy: Strategy = "pack"
+
+    def __post_init__(self) -> None:
+        if self.nodes_per_group < 1 or self.groups < 0:
+            raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and groups >= 0")
+
+    @property
+    def owner(self) -> inventory.RoleKey:
+        return inventory.RoleKey(self.serving, self.role)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Groups of one serving role already assigned to domains: {domain key: groups}."""
+
+    serving: inventory.ServingKey
+    role: str
+    nodes_per_group: int
+    groups: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        if self.nodes_per_group < 1 or any(g < 0 for g in self.groups.values()):
+            raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and group counts >= 0")
+
+    @property
+    def owner(self) -> inventory.RoleKey:
+        return inventory.RoleKey(self.serving, self.role)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolePlan:
+    """Where one demand's groups go; ``placed`` has no zero entries and is sorted by domain key."""
+
+    serving: inventory.ServingKey
+    role: str
+    nodes_per_group: int
+    groups: int  # wanted
+    placed: Mapping[str, int]
+    unplaced: int
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def placed_groups(self) -> int:
+        return sum(self.placed.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainUsage:
+    """One domain before and after the plan, counted in nodes.
+
+    ``nodes``: every node of the domain. ``schedulable``: Ready, not cordoned, with GPUs. ``free_before``:
+    schedulable nodes without a GPU pod now. ``free_after``: free nodes once every planned group runs and every
+    removed group is gone. ``short``: nodes that groups placed here need but the domain cannot give (it lost
+    nodes, or its label moved); those groups wait.
+    """
+
+    key: str
+    label: str
+    nodes: int
+    schedulable: int
+    free_before: int
+    free_after: int
+    short: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    roles: tuple[RolePlan, ...]
+    domains: tuple[DomainUsage, ...]
+
+    @property
+    def unplaced(self) -> int:
+        return sum(r.unplaced for r in self.roles)
+
+    def role(self, serving: inventory.ServingKey, role: str) -> RolePlan:
+        for plan_ in self.roles:
+            if plan_.serving == serving and plan_.role == role:
+                return plan_
+        raise KeyError(f"{serving} {role} was not planned")
+
+    def placement(self, serving: inventory.ServingKey) -> dict[str, dict[str, int]]:
+        """One serving's placement in the shape of ``status.placement``: {role: {domain: groups}}."""
+        return {r.role: dict(r.placed) for r in self.roles if r.serving == serving}
+
+
+def plan(inv: inventory.Inventory, demands: Sequence[Demand], placements: Iterable[Placement] = ()) -> Plan:
+    """Place every demand's groups; see the module docstring for the rules.
+
+    ``placements`` are the current placements of the demanded roles and of any other serving sharing the
+    fleet. Raises ValueError when a role is demanded or placed twice.
+    """
+    _check_unique([d.owner for d in demands], "demanded")
+    current = {p.owner: p for p in placements}
+    _check_unique([p.owner for p in placements], "placed")
+    book = _Book(inv)
+    ordered = sorted(demands, key=lambda d: (d.serving, -d.nodes_per_group, d.role))
+    for d in ordered:
+        existing = current.pop(d.owner, None)
+        book.open(d.owner, d.nodes_per_group, d.requirements, existing.groups if existing else {})
+    for p in sorted(current.values(), key=lambda p: p.owner):
+        book.open(p.owner, p.nodes_per_group, None, p.groups)
+    for d in ordered:
+        book.scale_down(d)
+    for d in ordered:
+        book.scale_up(d)
+    return Plan(roles=tuple(book.role_plan(d) for d in ordered), domains=book.usage())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# From the API: a DeepSeekServing's demands and current placement
+
+
+def requirements(spec: models.DeepSeekServingSpec) -> inventory.NodeRequirements:
+    """What every vLLM pod of ``spec`` asks of a node. Raises ``problems.InvalidSpec`` for bad tolerations."""
+    gen = hardware.generation(spec.gpu.value)
+    return inventory.NodeRequirements(
+        gpu_product=gen.product,
+        gpus_per_node=gen.gpus_per_node,
+        tolerations=inventory.parse_tolerations(spec.pod.tolerations, "spec.pod.tolerations"),
+        node_selector=tuple(sorted(spec.pod.node_selector.items())),
+        scope="clique" if gen.multi_node_nvlink else "node",
+    )
+
+
+def demands(serving: models.DeepSeekServing) -> list[Demand]:
+    """One demand per role present in the spec."""
+    spec = serving.spec
+    req = requirements(spec)
+    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
+    return [
+        Demand(
+            serving=key,
+            role=role.value,
+            nodes_per_group=models.role_topology(spec.gpu, role_spec).nodes_per_group,
+            groups=role_spec.groups,
+            requirements=req,
+            strategy=spec.placement.strategy,
+        )
+        for role, role_spec in spec.roles_present()
+    ]
+
+
+def placements(serving: models.DeepSeekServing) -> list[Placement]:
+    """The serving's current placement from ``status.placement``, for roles its spec still has."""
+    if serving.status is None:
+        return []
+    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
+    return [
+        Placement(
+            serving=key,
+            role=role.value,
+            nodes_per_group=models.role_topology(serving.spec.gpu, role_spec).nodes_per_group,
+            groups={d: g for d, g in sorted(serving.status.placement[role.value].items()) if g > 0},
+        )
+        for role, role_spec in serving.spec.roles_present()
+        if role.value in serving.status.placement
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The bookkeeping behind plan()
+
+
+def _check_unique(owners: Sequence[inventory.RoleKey], what: str) -> None:
+    seen: set[inventory.RoleKey] = set()
+    for owner in owners:
+        if owner in seen:
+            raise ValueError(f"{owner} is {what} twice")
+        seen.add(owner)
+
+
+_UNKNOWN = -1  # requirement class of a held placement: unknown, so it competes for any free node
+
+
+class _Slot:
+    """One domain's running totals; mutated in place so planning never copies."""
+
+    __slots__ = ("free", "free_for", "key", "label", "need", "needs", "nodes", "released", "schedulable")
+
+    def __init__(self, key: str, label: str) -> None:
+        self.key = key
+        self.label = label
+        self.nodes = 0
+        self.schedulable = 0
+        self.free = 0  # schedulable nodes without a GPU pod
+        self.free_for: dict[int, int] = {}  # free nodes each requirement class may use
+        self.released = 0  # nodes held by pods of groups the plan removes (free once they are gone)
+        self.needs: dict[int, int] = {}  # nodes placed groups still need from the free ones, per class
+        self.need = 0  # sum of needs
+
+
+@dataclasses.dataclass
+class _Owner:
+    key: inventory.RoleKey
+    nodes_per_group: int
+    cls: int  # requirement class (interned NodeRequirements) or _UNKNOWN
+    groups: dict[str, int]
+    bound: dict[str, int]  # nodes its pods hold per domain (schedulable nodes only)
+
+
+class _Book:
+    def __init__(self, inv: inventory.Inventory) -> None:
+        self.inv = inv
+        self.slots: dict[str, _Slot] = {}
+        self.scope_keys: dict[inventory.Scope, list[str]] = {}
+        self.scopes_used: set[inventory.Scope] = {"clique"}
+        self.owners: dict[inventory.RoleKey, _Owner] = {}
+        self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
+        self.classes: dict[inventory.NodeRequirements, int] = {}
+        self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
+        for scope in ("clique", "node"):
+            keys = self.scope_keys.setdefault(scope, [])
+            bound = self.bound.setdefault(scope, {})
+            for domain in inv.domains(scope):
+                keys.append(domain.key)
+                slot = self.slots[domain.key] = _Slot(domain.key, domain.label)
+                for node in domain.nodes:
+                    slot.nodes += 1
+                    if node.schedulable:
+                        slot.schedulable += 1
+                        slot.free += not node.busy
+                        for owner in {p.owner for p in node.pods if p.owner is not None}:
+                            held = bound.setdefault(owner, {})
+                            held[domain.key] = held.get(domain.key, 0) + 1
+
+    # -- capacity ------------------------------------------------------------------------------------------
+
+    def intern(self, req: inventory.NodeRequirements) -> int:
+        """A small id for ``req``; the first time, count the free nodes it may use in every domain."""
+        cls = self.classes.get(req)
+        if cls is None:
+            cls = self.classes[req] = len(self.classes)
+            for domain in self.inv.domains(req.scope):
+                self.slots[domain.key].free_for[cls] = sum(
+                    1
+                    for n in domain.nodes
+                    if not n.busy and inventory.unusable_reason(n, req, self.inv.domain_label) is None
+                )
+        return cls
+
+    @staticmethod
+    def limit(slot: _Slot, cls: int) -> int:
+        """Most nodes groups may need in ``slot`` if class ``cls`` joins the classes with needs there."""
+        limit = slot.free if cls == _UNKNOWN else slot.free_for.get(cls, 0)
+        for other, need in slot.needs.items():
+            if need > 0 and other != _UNKNOWN:
+                limit = min(limit, slot.free_for.get(other, 0))
+        return limit
+
+    def capacity(self, slot: _Slot, cls: int) -> int:
+        """Free nodes in ``slot`` that new groups of class ``cls`` can still claim (negative when short)."""
+        return self.limit(slot, cls) - slot.need
+
+    def short(self, slot: _Slot) -> int:
+        return max(0, slot.need - self.limit(slot, _UNKNOWN))
+
+    # -- groups ---------------------------------------------------------------------------------------------
+
+    def slot(self, key: str) -> _Slot:
+        slot = self.slots.get(key)
+        if slot is None:  # placed in a domain the inventory no longer has: nodes gone or relabelled
+            slot = self.slots[key] = _Slot(key, self.inv.domain_label)
+        return slot
+
+    def open(
+        self,
+        key: inventory.RoleKey,
+        nodes_per_group: int,
+        req: inventory.NodeRequirements | None,
+        existing: Mapping[str, int],
+    ) -> None:
+        scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_keys)
+        self.scopes_used.add(scope)
+        cls = _UNKNOWN if req is None else self.intern(req)
+        bound = self.bound[scope].get(key, {})
+        owner = self.owners[key] = _Owner(key, nodes_per_group, cls, {}, bound)
+        self.serving_groups.setdefault(key.serving, {})
+        for domain in sorted({*bound, *existing}):
+            self.slot(domain).released += bound.get(domain, 0)
+            self.set_groups(owner, domain, existing.get(domain, 0))
+
+    def set_groups(self, owner: _Owner, domain: str, groups: int) -> None:
+        slot = self.slot(domain)
+        before = owner.groups.get(domain, 0)
+        bound = owner.bound.get(domain, 0)
+        old_need, new_need = owner.nodes_per_group * before, owner.nodes_per_group * groups
+        change = max(0, new_need - bound) - max(0, old_need - bound)
+        slot.needs[owner.cls] = slot.needs.get(owner.cls, 0) + change
+        slot.need += change
+        slot.released += max(0, bound - new_need) - max(0, bound - old_need)
+        if groups:
+            owner.groups[domain] = groups
+        else:
+            owner.groups.pop(domain, None)
+        mine = self.serving_groups.setdefault(owner.key.serving, {})
+        mine[domain] = mine.get(domain, 0) + groups - before
+
+    def scale_down(self, d: Demand) -> None:
+        owner = self.owners[d.owner]
+        surplus = sum(owner.groups.values()) - d.groups
+
+        def order(domain: str) -> tuple[int, int, str]:
+            count = owner.groups[domain]
+            return (0 if self.waits(owner, domain) else 1, count if d.strategy == "pack" else -count, domain)
+
+        while surplus > 0:
+            domain = min(owner.groups, key=order)
+            take = min(surplus, owner.groups[domain]) if d.strategy == "pack" else 1
+            self.set_groups(owner, domain, owner.groups[domain] - take)
+            surplus -= take
+
+    def waits(self, owner: _Owner, domain: str) -> bool:
+        """Whether some of the owner's groups in ``domain`` are not bound and the domain is short of nodes."""
+        needs = owner.groups.get(domain, 0) * owner.nodes_per_group > owner.bound.get(domain, 0)
+        return needs and self.short(self.slots[domain]) > 0
+
+    def scale_up(self, d: Demand) -> None:
+        owner = self.owners[d.owner]
+        missing = d.groups - sum(owner.groups.values())
+        if missing > 0:
+            (self.pack if d.strategy == "pack" else self.spread)(owner, d, missing)
+
+    def pack(self, owner: _Owner, d: Demand, missing: int) -> None:
+        # Best fit is stable for a batch: after a domain takes a group it still has the fewest nodes left
+        # among those that fit, so it takes as many groups as fit before the next scan.
+        npg, cls = d.nodes_per_group, owner.cls
+        mine = self.serving_groups[d.serving]
+        slots = [self.slots[k] for k in self.scope_keys[d.requirements.scope]]
+        while missing > 0:
+            best: tuple[int, int, str] | None = None
+            best_slot, best_cap = None, 0
+            for slot in slots:
+                cap = self.capacity(slot, cls)
+                if cap < npg:
+                    continue
+                rank = (0 if mine.get(slot.key, 0) > 0 else 1, cap - npg, slot.key)
+                if best is None or rank < best:
+                    best, best_slot, best_cap = rank, slot, cap
+            if best_slot is None:
+                return
+            take = min(missing, best_cap // npg)
+            self.set_groups(owner, best_slot.key, owner.groups.get(best_slot.key, 0) + take)
+            missing -= take
+
+    def spread(self, owner: _Owner, d: Demand, missing: int) -> None:
+        # Only the domain that just took a group changes, so a heap with one re-push per group stays exact.
+        npg, cls = d.nodes_per_group, owner.cls
+        mine = self.serving_groups[d.serving]
+        heap: list[tuple[int, int, int, str]] = []
+        for key in self.scope_keys[d.requirements.scope]:
+            cap = self.capacity(self.slots[key], cls)
+            if cap >= npg:
+                heap.append((owner.groups.get(key, 0), mine.get(key, 0), cap - npg, key))
+        heapq.heapify(heap)
+        while missing > 0 and heap:
+            _, _, _, key = heapq.heappop(heap)
+            self.set_groups(owner, key, owner.groups.get(key, 0) + 1)
+            missing -= 1
+            cap = self.capacity(self.slots[key], cls)
+            if cap >= npg:
+                heapq.heappush(heap, (owner.groups[key], mine[key], cap - npg, key))
+
+    # -- results --------------------------------------------------------------------------------------------
+
+    def role_plan(self, d: Demand) -> RolePlan:
+        owner = self.owners[d.owner]
+        placed = dict(sorted(owner.groups.items()))
+        unplaced = max(0, d.groups - sum(placed.values()))
+        reasons = [*self.waiting(owner, d), *(self.why_unplaced(d, unplaced) if unplaced else ())]
+        return RolePlan(d.serving, d.role, d.nodes_per_group, d.groups, placed, unplaced, tuple(reasons))
+
+    def waiting(self, owner: _Owner, d: Demand) -> list[str]:
+        out = []
+        for domain, groups in sorted(owner.groups.items()):
+            if self.waits(owner, domain):
+                slot = self.slots[domain]
+                out.append(
+                    f"{d.role}: {_n(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
+                    f"wait for nodes: groups placed there still need {_n(slot.need, 'free node')} "
+                    f"but it has {self.limit(slot, _UNKNOWN)} they can use"
+                )
+        return out
+
+    def why_unplaced(self, d: Demand, unplaced: int) -> list[str]:
+        req, npg, cls = d.requirements, d.nodes_per_group, self.owners[d.owner].cls
+        gpus = npg * req.gpus_per_node
+        where = "one NVLink domain" if req.scope == "clique" else "one node"
+        best_key, best_cap = "", 0
+        for key in self.scope_keys[req.scope]:
+            cap = self.capacity(self.slots[key], cls)
+            if cap > best_cap:
+                best_key, best_cap = key, cap
+        if req.scope == "node" and npg > 1:
+            first = (
+                f"{d.role} needs {npg} nodes per group, but NVLink stops at the node for {req.gpu_product}: "
+                f"{_n(unplaced, 'group')} cannot be placed"
+            )
+        else:
+            largest = (
+                f"the largest free block is {_n(best_cap, 'node')} in domain {inventory.short_domain(best_key)}"
+                if best_cap
+                else "no domain has a free node it can use"
+            )
+            first = (
+                f"{d.role} needs {_n(npg, 'free node')} ({gpus} GPUs) in {where} for each of "
+                f"{_n(unplaced, 'more group')}; {largest}"
+            )
+        return [first, self.fleet_summary(req, cls)]
+
+    def fleet_summary(self, req: inventory.NodeRequirements, cls: int) -> str:
+        """Where every node of the wanted product went, so a person can see what to fix."""
+        total, busy = 0, 0
+        excluded: dict[str, int] = {}
+        products: dict[str, int] = {}
+        for node in self.inv.nodes:
+            product = node.gpu_product
+            if product is not None:
+                products[product] = products.get(product, 0) + 1
+            if product != req.gpu_product:
+                continue
+            total += 1
+            reason = inventory.unusable_reason(node, req, self.inv.domain_label)
+            if reason is not None:
+                excluded[reason] = excluded.get(reason, 0) + 1
+            elif node.busy:
+                busy += 1
+        if total == 0:
+            have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
+            return f"no node has {inventory.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
+        slots = [self.slots[k] for k in self.scope_keys[req.scope]]
+        free = sum(slot.free_for.get(cls, 0) for slot in slots)
+        left = sum(max(0, self.capacity(slot, cls)) for slot in slots)
+        parts = [
+            f"of {_n(total, req.gpu_product + ' node')}, {free} free and usable "
+            f"({free - left} of them needed by placed groups)",
+            f"{busy} running GPU pods",
+        ]
+        if excluded:
+            parts.append(
+                f"{sum(excluded.values())} not usable: "
+                + ", ".join(f"{c} {r}" for r, c in sorted(excluded.items(), key=lambda rc: (-rc[1], rc[0])))
+            )
+        return "; ".join(parts)
+
+    def usage(self) -> tuple[DomainUsage, ...]:
+        keys = sorted(
+            {k for scope in self.scopes_used for k in self.scope_keys.get(scope, ())}
+            | {k for owner in self.owners.values() for k in owner.groups}
+        )
+        out = []
+        for key in keys:
+            slot = self.slots[key]
+            out.append(
+                DomainUsage(
+                    key=key,
+                    label=slot.label,
+                    nodes=slot.nodes,
+                    schedulable=slot.schedulable,
+                    free_before=slot.free,
+                    free_after=max(0, slot.free - slot.need) + slot.released,
+                    short=self.short(slot),
+                )
+            )
+        return tuple(out)
+
+
+def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, list[str]]) -> inventory.Scope:
+    """The scope of a held placement, from its domain keys (node keys are host names, not clique ids)."""
+    node_keys = set(scope_keys.get("node", ()))
+    return "node" if groups and all(k in node_keys for k in groups) else "clique"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
