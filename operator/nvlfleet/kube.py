@@ -1,0 +1,389 @@
+"""The one adapter that talks to the Kubernetes API server.
+
+Data flow: … → render → **apply → prune → status** (and the reads that feed inventory and the reconciler).
+Everything here is a thin, synchronous call on the official ``kubernetes`` client's connection (auth, TLS and
+kubeconfig handling come from it); ``nvlfleet.main`` runs these calls in a worker thread so kopf's event loop
+never blocks. No decisions are taken here: ``nvlfleet.reconciler`` decides, this module carries it out.
+
+Rules this module enforces, whoever calls it:
+
+* **One field manager.** Children are written with server-side apply as ``nvlfleet``, with ``force`` because
+  nvlfleet owns every field it renders; fields nobody renders stay with whoever set them (LWS defaults, HPA).
+* **Nothing nvlfleet did not create is ever deleted.** ``delete_child`` refuses an object unless it carries the
+  ``app.kubernetes.io/managed-by=nvlfleet`` and ``nvlfleet.io/serving=<name>`` labels *and* a controller owner
+  reference to that serving's uid, and it deletes with a uid precondition so a same-named successor survives.
+* **Status is merge-patched** on the ``/status`` subresource, so the reconciler's fields and the telemetry
+  fields (written separately, rate-limited) never erase each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kubernetes
+
+FIELD_MANAGER = "nvlfleet"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "nvlfleet"
+SERVING_LABEL = "nvlfleet.io/serving"
+COMPONENT = "nvlfleet"
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A resource type: enough to build its REST paths without discovery."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def base(self) -> str:
+        return f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        parts = [self.base]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+DEEPSEEK_SERVING = Kind("nvlfleet.io/v1alpha1", "DeepSeekServing", "deepseekservings")
+LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
+COMPUTE_DOMAIN = Kind("resource.nvidia.com/v1beta1", "ComputeDomain", "computedomains")
+POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors")
+SERVICE = Kind("v1", "Service", "services")
+POD = Kind("v1", "Pod", "pods")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+EVENT = Kind("v1", "Event", "events")
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+
+# Every kind a serving can own, in the order children are applied (ComputeDomains before the LeaderWorkerSets
+# whose pods claim them; the Service last).
+CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_MONITOR)
+_BY_KIND = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, DEEPSEEK_SERVING, POD, NODE, EVENT, LEASE)}
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind:
+    """The Kind of an object by its apiVersion and kind; raises KeyError for a type nvlfleet never writes."""
+    return _BY_KIND[(str(obj.get("apiVersion")), str(obj.get("kind")))]
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, with the server's own message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def connect(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
+    """An API client from ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), else the in-cluster account."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        if kubeconfig:
+            raise
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient(configuration)
+
+
+class Api:
+    """Synchronous REST calls on one connection; thread-safe (urllib3's pool is)."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, timeout: float = 30.0) -> None:
+        self.client = client
+        self.timeout = timeout
+
+    # -- the one request primitive --------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        serialized = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        http_method, url, header_params, request_body, post_params = serialized
+        response = self.client.call_api(
+            http_method,
+            url,
+            header_params=header_params,
+            body=request_body,
+            post_params=post_params,
+            _request_timeout=self.timeout,
+        )
+        raw: bytes = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status < 300:
+            raise _api_error(response.status, response.reason or "", raw)
+        return json.loads(raw) if raw else None
+
+    # -- reads ----------------------------------------------------------------------------------------------
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.request("GET", kind.path(namespace, name))
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+        return obj
+
+    def list_objects(
+        self, kind: Kind, namespace: str | None = None, selector: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (in ``namespace``, or everywhere), matching the label ``selector``."""
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))] if selector else []
+        answer = self.request("GET", kind.path(namespace), query=query)
+        items: list[dict[str, Any]] = answer.get("items") or []
+        for item in items:  # list items come without their type
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return items
+
+    def served(self, kind: Kind) -> bool:
+        """Whether the API server serves ``kind`` now (its CRD is installed and established)."""
+        try:
+            answer = self.request("GET", kind.base)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        return any(r.get("name") == kind.plural for r in answer.get("resources") or [])
+
+    # -- writes ---------------------------------------------------------------------------------------------
+
+    def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply ``obj`` as the ``nvlfleet`` field manager, taking over conflicting fields."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        answer: dict[str, Any] = self.request(
+            "PATCH",
+            kind.path(meta.get("namespace"), meta["name"]),
+            query=query,
+            body=dict(obj),
+            content_type="application/apply-patch+yaml",
+        )
+        return answer
+
+    def delete_child(self, obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> bool:
+        """Delete a child of a serving, only if nvlfleet made it for that serving; False when it was not ours.
+
+        Background propagation: the LeaderWorkerSet controller's pods go with their owner as usual.
+        """
+        if not is_child_of(obj, serving_name, serving_uid):
+            logger.warning("refusing to delete %s: not a child of serving %s", describe(obj), serving_name)
+            return False
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": meta["uid"]},
+        }
+        try:
+            self.request("DELETE", kind.path(meta.get("namespace"), meta["name"]), body=body)
+        except ApiError as err:
+            if err.not_found or err.conflict:  # gone already, or a successor with another uid: leave it
+                return False
+            raise
+        return True
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch ``status``: keys given are set (None removes one), keys not given are left alone."""
+        answer: dict[str, Any] = self.request(
+            "PATCH",
+            kind.path(namespace, name, "status"),
+            body={"status": dict(status)},
+            content_type="application/merge-patch+json",
+        )
+        return answer
+
+    def emit_event(
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str, action: str = "Reconcile"
+    ) -> None:
+        """Record a core/v1 Event on ``involved`` (shown by ``kubectl describe`` and ``kubectl events``)."""
+        meta = involved["metadata"]
+        namespace = meta.get("namespace", "default")
+        now = datetime.datetime.now(datetime.UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta["name"],
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "action": action,
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{COMPONENT}.io/operator",
+            "reportingInstance": os.environ.get("HOSTNAME", COMPONENT),
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "count": 1,
+        }
+        self.request("POST", EVENT.path(namespace), body=event)
+
+    # -- leases (leader election) ---------------------------------------------------------------------------
+
+    def acquire_lease(self, namespace: str, name: str, identity: str, duration_seconds: int) -> bool:
+        """Take or renew the Lease ``name`` for ``identity``; True while ``identity`` holds it.
+
+        Optimistic concurrency on resourceVersion makes two candidates racing for an expired lease agree: the
+        second write fails with 409 and that candidate stays a follower.
+        """
+        now = datetime.datetime.now(datetime.UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease = self.get(LEASE, namespace, name)
+        if lease is None:
+            body = {
+                "apiVersion": LEASE.api_version,
+                "kind": LEASE.kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "holderIdentity": identity,
+                    "leaseDurationSeconds": duration_seconds,
+                    "acquireTime": stamp,
+                    "renewTime": stamp,
+                    "leaseTransitions": 0,
+                },
+            }
+            try:
+                self.request("POST", LEASE.path(namespace), body=body)
+            except ApiError as err:
+                if err.conflict:
+                    return False
+                raise
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse_time(spec.get("renewTime"))
+        duration = int(spec.get("leaseDurationSeconds") or duration_seconds)
+        expired = renewed is None or (now - renewed).total_seconds() > duration
+        if holder not in (identity, None, "") and not expired:
+            return False
+        if holder != identity:
+            spec["acquireTime"] = stamp
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        spec.update(holderIdentity=identity, renewTime=stamp, leaseDurationSeconds=duration_seconds)
+        lease["spec"] = spec
+        try:
+            self.request("PUT", LEASE.path(namespace, name), body=lease)
+        except ApiError as err:
+            if err.conflict:
+                return False
+            raise
+        return True
+
+    def release_lease(self, namespace: str, name: str, identity: str) -> None:
+        """Give the Lease up on a clean shutdown so a standby takes over at once instead of after expiry."""
+        lease = self.get(LEASE, namespace, name)
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != identity:
+            return
+        lease["spec"]["holderIdentity"] = None
+        try:
+            self.request("PUT", LEASE.path(namespace, name), body=lease)
+        except ApiError as err:
+            if not err.conflict:
+                raise
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ownership
+
+
+def is_child_of(obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> bool:
+    """nvlfleet's labels for this serving *and* a controller owner reference to its uid."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(SERVING_LABEL) != serving_name:
+        return False
+    return any(
+        ref.get("uid") == serving_uid and ref.get("kind") == DEEPSEEK_SERVING.kind and ref.get("controller")
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind')} {meta.get('namespace', '')}/{meta.get('name')}"
+
+
+def _api_error(status: int, reason: str, raw: bytes) -> ApiError:
+    message = raw.decode("utf-8", "replace")
+    with contextlib.suppress(ValueError, AttributeError):
+        message = str(json.loads(raw).get("message") or message)
+    return ApiError(status, reason, message)
+
+
+def _parse_time(value: object) -> datetime.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
