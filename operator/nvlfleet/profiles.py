@@ -7,7 +7,7 @@ what is validated is exactly what is rendered.
 
 The knowledge is data, not code: ``data/profiles/vllm-<major.minor>/`` holds one directory per vLLM dialect
 (``dialect.yaml``: how that version spells each flag; ``common.yaml``: rules every family shares;
-``<family>.yaml``: the family's rules and its routed-expert count). A rule matches the group's context (GPU
+``<family>.yaml``: the family's rules). A rule matches the group's context (GPU
 generation, goal, role, multi-node, data/expert parallel, tensor size, NVLink fabric) and sets settings; every
 setting carries a one-line ``why`` citing its source. Rules apply in order (common first, then the family), later
 ones win. Then the spec's explicit choices are merged over them, then ``consequences`` fix settings the merge
@@ -15,7 +15,9 @@ left inconsistent (only settings the user did not choose; a conflict with an exp
 ``nvlfleet.validation``). Finally two values are computed rather than looked up:
 
 - redundant experts ``r``: the smallest ``r >= eplb.min_redundant_experts`` with ``(experts + r) % EP == 0``
-  (README §3 EPLB rule), EP being tensor × data;
+  (README §3 EPLB rule), EP being tensor × data, the routed-expert count coming from ``nvlfleet.facts`` (the
+  model's repository name selects it). Where the facts know no count (DeepSeek-V4.0 today) the profile turns
+  EPLB off rather than guess: a wrong count makes every rank fail at startup;
 - CUDA-graph capture sizes (``cuda_graph.capture_sizes: window``): ``n·(1+K)`` tokens for request counts ``n``
   spaced like vLLM's own defaults (1, 2, 4, every 8 up to 256, every 16 beyond) across the spec's
   ``minBatch..maxBatch`` window, clipped to ``max-num-seqs`` (a rank never schedules more requests than that, so
@@ -39,7 +41,7 @@ from typing import Any, TypeAlias
 
 import yaml
 
-from nvlfleet import hardware, models, problems
+from nvlfleet import facts, hardware, models, problems
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
@@ -156,8 +158,6 @@ class FamilyProfile:
 
     family: models.ModelFamily
     dialect: Dialect
-    routed_experts: int
-    routed_experts_reason: Reason
     rules: tuple[Rule, ...]
     consequences: tuple[Rule, ...]
 
@@ -217,7 +217,7 @@ class Tuning:
     role: models.RoleName
     topology: models.Topology
     fabric: bool  # multi-node NVLink with an IMEX channel (GB200/GB300 and spec.placement.computeDomain)
-    routed_experts: int
+    routed_experts: int | None  # None: the vLLM facts know no count for this model
     expert_parallel: bool
     attention_backend: str | None
     moe_backend: str | None
@@ -353,15 +353,10 @@ def family_profile(dialect_name: str, family: models.ModelFamily) -> FamilyProfi
     raw = _read_yaml(dialect_name, f"{family.value}.yaml")
     if raw.get("family") != family.value:
         raise ProfileError(f"{dialect_name}/{family.value}.yaml declares family {raw.get('family')!r}")
-    experts, experts_why = _reason(raw["routed_experts"], f"{dialect_name}/{family.value}.yaml routed_experts")
-    if not isinstance(experts, int) or experts < 1:
-        raise ProfileError(f"{dialect_name}/{family.value}.yaml: routed_experts must be a positive integer")
     common_src, family_src = f"{dialect_name}/common.yaml", f"{dialect_name}/{family.value}.yaml"
     return FamilyProfile(
         family=family,
         dialect=dialect,
-        routed_experts=experts,
-        routed_experts_reason=Reason(why=experts_why, source=f"{family_src}: routed_experts"),
         rules=_rules(common.get("rules"), common_src, consequence=False)
         + _rules(raw.get("rules"), family_src, consequence=False),
         consequences=_rules(common.get("consequences"), common_src, consequence=True)
@@ -539,6 +534,16 @@ def _as_mapping(value: JsonValue, key: str) -> dict[str, JsonValue]:
     return dict(value)
 
 
+def _routed_experts(spec: models.DeepSeekServingSpec) -> facts.ExpertCount | None:
+    """The model's routed-expert count from the pinned version's facts (by repository name), if known."""
+    try:
+        version_facts = facts.load(spec.runtime.vllm_version)
+    except facts.UnknownVersion as err:
+        raise problems.InvalidSpec([problems.Problem("spec.runtime.vllmVersion", str(err))]) from err
+    family = version_facts.families.get(spec.model.family.value)
+    return None if family is None else family.experts_for(spec.model.name)
+
+
 def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning:
     """The settings one role's engine group runs with: profile rules, then the spec's choices, then consequences.
 
@@ -547,6 +552,7 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
     """
     dialect = dialect_for(spec.runtime.vllm_version)
     profile = family_profile(dialect.name, spec.model.family)
+    experts = _routed_experts(spec)
     this_role = role_spec(spec, role)
     topology = models.role_topology(spec.gpu, this_role)
     fabric = hardware.generation(spec.gpu.value).multi_node_nvlink and spec.placement.compute_domain
@@ -585,12 +591,22 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
         view = {**context, "ep_size": ep_size, **{k: v for k, (v, _) in merged.items()}}
         if _applies(consequence.when, view):
             merged.update({k: v for k, v in consequence.settings.items() if k not in user})
+    if experts is None and "eplb.enabled" not in user:
+        merged["eplb.enabled"] = (
+            False,
+            Reason(
+                why=f"the vLLM facts give no routed-expert count for {spec.model.name}, so (experts + r) % EP == 0 "
+                "cannot be kept (README §3); enable it in spec.kernels.eplb with numRedundantExperts",
+                source=f"nvlfleet.facts {spec.runtime.vllm_version}: families.{spec.model.family.value}",
+            ),
+        )
 
     def value(key: str) -> JsonValue:
         return merged[key][0]
 
     reasons: dict[str, Reason] = {k: r for k, (_, r) in merged.items()}
-    reasons["routed_experts"] = profile.routed_experts_reason
+    if experts is not None:
+        reasons["routed_experts"] = Reason(why=experts.source, source=f"nvlfleet.facts {spec.runtime.vllm_version}")
 
     speculative: Speculative | None = None
     if _as_bool(value("speculative.enabled"), "speculative.enabled"):
@@ -616,12 +632,11 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
             reasons["eplb.num_redundant_experts"] = Reason(
                 why="chosen in the spec", source="spec.kernels.eplb.numRedundantExperts"
             )
-        else:
+        elif experts is not None:
             minimum = _as_int(value("eplb.min_redundant_experts"), "eplb.min_redundant_experts")
-            redundant = redundant_experts(profile.routed_experts, ep_size, minimum)
+            redundant = redundant_experts(experts.experts, ep_size, minimum)
             reasons["eplb.num_redundant_experts"] = Reason(
-                why=f"smallest r >= {minimum} with ({profile.routed_experts} + r) % EP{ep_size} == 0 "
-                "(README §3 EPLB rule)",
+                why=f"smallest r >= {minimum} with ({experts.experts} + r) % EP{ep_size} == 0 (README §3 EPLB rule)",
                 source=reasons["eplb.min_redundant_experts"].source,
             )
 
@@ -680,7 +695,7 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
         role=role,
         topology=topology,
         fabric=fabric,
-        routed_experts=profile.routed_experts,
+        routed_experts=None if experts is None else experts.experts,
         expert_parallel=_as_bool(value("expert_parallel"), "expert_parallel"),
         attention_backend=_as_opt_str(value("attention_backend"), "attention_backend"),
         moe_backend=_as_opt_str(value("moe_backend"), "moe_backend"),
