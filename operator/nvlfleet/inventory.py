@@ -324,6 +324,8 @@ def parse_node(obj: object, path: str, found: list[problems.Problem]) -> Node | 
     """One Node object; appends a problem per malformed field to ``found`` and returns None when unusable."""
     before = len(found)
     node = _mapping(obj, path, found)
+    if len(found) > before:
+        return None
     meta = _mapping(node.get("metadata", {}), f"{path}.metadata", found)
     spec = _mapping(node.get("spec", {}) or {}, f"{path}.spec", found)
     status = _mapping(node.get("status", {}) or {}, f"{path}.status", found)
@@ -355,6 +357,8 @@ def parse_pod(obj: object, path: str, found: list[problems.Problem]) -> GpuPod |
     """One Pod object, or None when it holds no GPU of a node (no GPUs, not bound, or finished)."""
     before = len(found)
     pod = _mapping(obj, path, found)
+    if len(found) > before:
+        return None
     meta = _mapping(pod.get("metadata", {}), f"{path}.metadata", found)
     spec = _mapping(pod.get("spec", {}) or {}, f"{path}.spec", found)
     status = _mapping(pod.get("status", {}) or {}, f"{path}.status", found)
