@@ -127,6 +127,7 @@ class Dialect:
     name: str  # directory name, e.g. "vllm-0.33"
     versions: str  # version prefix it applies to, e.g. "0.33."
     command: tuple[str, ...]
+    python: str  # interpreter in the vLLM image, for the worker launcher
     host: str
     port: int
     health_path: str
@@ -314,6 +315,7 @@ def dialects() -> tuple[Dialect, ...]:
                 name=entry.name,
                 versions=str(raw["versions"]),
                 command=tuple(str(part) for part in raw["command"]),
+                python=str(raw["python"]),
                 host=str(http["host"]),
                 port=int(http["port"]),
                 health_path=str(http["healthPath"]),

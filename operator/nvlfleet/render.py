@@ -1,0 +1,708 @@
+"""Every child object a DeepSeekServing becomes: LeaderWorkerSets, ComputeDomains, Services, a PodMonitor.
+
+Pure core, after planning in the data flow (spec → validate → plan → **render** → apply → prune → status).
+``render(serving, placement)`` is a pure function: no API calls, no clock, no randomness; the same inputs give
+byte-identical output, so the operator's server-side apply is idempotent and the golden files in
+``tests/unit/golden/`` stay stable. The engine settings come from ``profiles.effective`` (which ``validation``
+checked) and are spelled by the profile's vLLM dialect; every flag and env var rendered exists in the pinned
+vLLM facts (a unit test proves it for every profile combination).
+
+What one serving becomes
+------------------------
+- Per (role, NVLink domain) **one LeaderWorkerSet**: ``replicas`` = groups the planner put in that domain,
+  ``leaderWorkerTemplate.size`` = nodes per group, one pod per node requesting all of the node's GPUs (so no
+  other GPU pod shares the node; no pod anti-affinity is needed), ``RecreateGroupOnPodRestart`` (a vLLM DP/EP
+  group cannot survive the loss of one rank), ``startupPolicy: LeaderCreated`` (the leader only turns ready
+  once every worker has joined, so waiting for a ready leader would deadlock), rolling updates one group at a
+  time without surge (a surge group would need a free slice of the same rack). Node affinity pins the pods to
+  the domain (``spec.placement.domainLabel`` In [value]; ``kubernetes.io/hostname`` for GPUs whose NVLink stops
+  at the node, as the planner keys those domains) and to the GPU product label.
+- **Unpinned** (no placement given, e.g. ``nvlfleet render`` without ``--nodes``): one LeaderWorkerSet per role
+  named ``<serving>-<role>-unpinned``, node affinity ``domainLabel Exists``, and a required pod affinity with
+  ``matchLabelKeys: [leaderworkerset.sigs.k8s.io/group-key]`` on the domain label so the pods of one group still
+  land in one NVLink domain. The scheduler, not nvlfleet, then chooses the domain — no packing guarantee.
+- Per LeaderWorkerSet **one ComputeDomain** (``resource.nvidia.com/v1beta1``, ``numNodes: 0``) when the GPU has
+  multi-node NVLink and ``spec.placement.computeDomain`` is on; pods claim its channel ResourceClaimTemplate
+  (``<lws>-channel``) in ``spec.resourceClaims`` and in the container's ``resources.claims``. It is rendered for
+  single-node groups too: MNNVL fabric handles (NCCL, the custom all-reduce buffers of the fused AR+mHC path)
+  need an IMEX channel even inside one tray.
+- Per role **one Service** ``<serving>-<role>`` on port ``http`` selecting the leader pods of that role
+  (``leaderworkerset.sigs.k8s.io/worker-index: "0"``): the OpenAI endpoint. LeaderWorkerSet itself creates a
+  headless Service named after each LeaderWorkerSet, which is why LeaderWorkerSet names always carry a suffix.
+- Optionally **one PodMonitor** ``<serving>`` scraping ``/metrics`` on every leader, carrying the role and
+  domain labels into the series.
+
+The worker start rank, without a shell
+--------------------------------------
+A headless worker must pass ``--data-parallel-start-rank = worker index × DP ranks per node`` (README §4). The
+index arrives as ``LWS_WORKER_INDEX`` in the pod's env, and LeaderWorkerSet has a single worker template, so the
+product has to be computed inside the pod. Kubernetes ``$(VAR)`` expansion substitutes but cannot multiply, and
+nothing in vLLM reads the start rank from the environment (``VLLM_DP_RANK`` only applies when
+``--data-parallel-size`` is 1). The options were:
+
+- a shell (``sh -c "... $((LWS_WORKER_INDEX * 4))"``): rejected — every user string (model name, extraArgs)
+  would pass through shell parsing;
+- external load balancing (``--data-parallel-rank``, one process per rank): needs ``dpl == 1``, i.e. one pod
+  per GPU, which breaks one-pod-per-node and the Engram shared-memory tables of co-located ranks (README §1);
+- an init container writing a ``--config`` file: still arithmetic in some interpreter, plus a shared volume;
+- **a fixed two-line Python launcher** run by the image's own interpreter (chosen). ``WORKER_LAUNCHER`` is a
+  constant of this module, not built from any input; it reads ``LWS_WORKER_INDEX``, multiplies it by the DP
+  ranks per node passed as its first argument, appends ``<start-rank flag> <rank>`` to the vLLM argv it was
+  given and ``execvp``s it, so vLLM replaces the launcher as the container's process and receives signals
+  directly. User strings stay argv items that no interpreter parses (and ``$(`` in extraArgs is escaped to
+  ``$$(`` so not even the kubelet's variable expansion touches them). The unit tests run the launcher.
+
+The leader needs no launcher: it owns ranks ``0..dpl-1`` and must not pass a start rank (with a start rank and
+without ``--headless`` vLLM switches to hybrid load balancing). Leader and workers otherwise get the same engine
+arguments; only ``dialect.frontendFlags`` (API-server flags, leader only) and ``--headless`` + the start rank
+(workers only) differ. Both point ``--data-parallel-address`` at ``$(LWS_LEADER_ADDRESS)``, which LWS injects
+and Kubernetes expands in ``command`` without a shell.
+
+Names, labels, budgets
+----------------------
+- LeaderWorkerSet and ComputeDomain: ``<serving>-<role>-<hash8>`` where ``hash8`` is the first 8 hex digits of
+  the SHA-256 of the domain value (clique values are 42+ characters and unreadable), or ``unpinned``. Budget
+  48 characters: LWS names a StatefulSet ``<lws>-<group>`` whose pods carry ``controller-revision-hash:
+  <lws>-<group>-<10-char hash>``, a label value capped at 63; with up to 1,000 groups (3 digits) that leaves 48.
+  Longer serving names are cut and disambiguated with a 6-hex hash of the full name.
+- Service ``<serving>-<role>`` and PodMonitor ``<serving>``: 63 characters (DNS-1035 label).
+- Labels on every object and pod: ``app.kubernetes.io/{name: vllm, instance: <serving>, component: <role>,
+  managed-by: nvlfleet}``, ``nvlfleet.io/serving``, ``nvlfleet.io/role``, and on LWS/ComputeDomain/pods
+  ``nvlfleet.io/domain`` (the hash). The full domain value is the annotation ``nvlfleet.io/domain-value``.
+  Prune by ``app.kubernetes.io/managed-by=nvlfleet,nvlfleet.io/serving=<name>`` per kind.
+- ``ownerReferences`` are left to the applier (it knows the serving's uid).
+
+Pods
+----
+All GPUs of the node (``nvidia.com/gpu``), the user's cpu/memory, tolerations, node selector, priority class and
+service account; ``/dev/shm`` as a memory-backed emptyDir of ``spec.pod.shmSize`` (vLLM workers exchange tensors
+through it and co-located DP ranks share the Engram tables there, README §1); the weight cache (PVC, hostPath, or
+an emptyDir when ``cache: none``) at ``weights.mountPath`` with ``HF_HOME`` pointing at it; ``HF_TOKEN`` from the
+Secret via ``secretKeyRef``, never a literal. ``enableServiceLinks: false`` because Kubernetes would otherwise
+inject ``<SERVICE>_PORT`` variables, and a Service named ``vllm`` in the namespace yields ``VLLM_PORT=tcp://...``,
+which vLLM reads as its own setting. Probes run on the leader only (headless workers serve no HTTP, README §6):
+startup on ``/health`` for ``VLLM_ENGINE_READY_TIMEOUT_S`` plus slack, readiness and liveness on ``/health``.
+Security: no privilege, no privilege escalation, RuntimeDefault seccomp. No ``IPC_LOCK``: the reference facts
+give no GB200/GB300 requirement for it (MNNVL goes through the IMEX channel, not RDMA-registered memory), so it is
+not added; add it with a policy exception if an image needs pinned-memory locking. Capabilities are not dropped
+wholesale because vLLM images run as root and write the weight cache onto volumes owned by other users.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nvlfleet import facts, hardware, inventory, models, problems, profiles
+
+Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
+Manifest = dict[str, Any]
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
+POD_MONITOR_API_VERSION = "monitoring.coreos.com/v1"
+
+SERVING_LABEL = inventory.SERVING_LABEL
+ROLE_LABEL = inventory.ROLE_LABEL
+DOMAIN_LABEL = "nvlfleet.io/domain"
+DOMAIN_VALUE_ANNOTATION = "nvlfleet.io/domain-value"
+PROFILE_ANNOTATION = "nvlfleet.io/profile"
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "nvlfleet"
+APP_NAME = "vllm"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+PRODUCT_LABEL = inventory.PRODUCT_LABEL
+HOSTNAME_LABEL = inventory.HOSTNAME_LABEL
+GPU_RESOURCE = inventory.GPU_RESOURCE
+
+UNPINNED = "unpinned"  # the domain part of an unpinned LeaderWorkerSet's name and nvlfleet.io/domain label
+LWS_NAME_BUDGET = 48  # see the module docstring
+DNS_LABEL_BUDGET = 63
+CONTAINER = "vllm"
+HTTP_PORT_NAME = "http"
+CLAIM_NAME = "compute-domain-channel"
+SHM_VOLUME = "dshm"
+CACHE_VOLUME = "model-cache"
+SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount point, not a temporary file
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # injected by LeaderWorkerSet, expanded by the kubelet (no shell)
+
+# The whole worker launcher. Constant: never formatted with input. argv: <ranks per node> <start-rank flag> <vllm argv>.
+WORKER_LAUNCHER = (
+    "import os,sys;"
+    "rank=int(os.environ['LWS_WORKER_INDEX'])*int(sys.argv[1]);"
+    "os.execvp(sys.argv[3],sys.argv[3:]+[sys.argv[2],str(rank)])"
+)
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_RESERVED_LABEL_PREFIXES = ("nvlfleet.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Names and labels
+
+
+def short_hash(value: str, length: int = 8) -> str:
+    """First ``length`` hex digits of SHA-256: stable across processes and Python versions (unlike ``hash``)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def domain_id(domain: str | None) -> str:
+    """The ``nvlfleet.io/domain`` label value and name part of a domain (``unpinned`` without one)."""
+    return UNPINNED if domain is None else short_hash(domain)
+
+
+def _fit(serving: str, suffix: str, budget: int) -> str:
+    name = f"{serving}-{suffix}" if suffix else serving
+    if len(name) <= budget:
+        return name
+    keep = budget - len(suffix) - (8 if suffix else 7)  # "-" + 6 hash (+ "-")
+    cut = f"{serving[:keep].rstrip('-')}-{short_hash(serving, 6)}"
+    return f"{cut}-{suffix}" if suffix else cut
+
+
+def lws_name(serving: str, role: models.RoleName, domain: str | None) -> str:
+    """Name of the LeaderWorkerSet (and its ComputeDomain) of one role in one domain."""
+    return _fit(serving, f"{role.value}-{domain_id(domain)}", LWS_NAME_BUDGET)
+
+
+def service_name(serving: str, role: models.RoleName) -> str:
+    """Name of the Service in front of one role's leaders."""
+    return _fit(serving, role.value, DNS_LABEL_BUDGET)
+
+
+def channel_template_name(lws: str) -> str:
+    """The ResourceClaimTemplate the ComputeDomain controller creates for ComputeDomain ``lws``."""
+    return f"{lws}-channel"
+
+
+def selector_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
+    """Labels that identify a serving's objects (and one role's, when given)."""
+    labels = {SERVING_LABEL: serving.metadata.name}
+    if role is not None:
+        labels[ROLE_LABEL] = role.value
+    return labels
+
+
+def _labels(serving: models.DeepSeekServing, role: models.RoleName | None, domain: str | None = "") -> dict[str, str]:
+    labels = {
+        NAME_LABEL: APP_NAME,
+        INSTANCE_LABEL: serving.metadata.name,
+        MANAGED_BY_LABEL: MANAGED_BY,
+    }
+    if role is not None:
+        labels[COMPONENT_LABEL] = role.value
+    labels.update(selector_labels(serving, role))
+    if domain != "":
+        labels[DOMAIN_LABEL] = domain_id(domain)
+    return labels
+
+
+def _metadata(
+    name: str, serving: models.DeepSeekServing, labels: dict[str, str], annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": serving.metadata.namespace, "labels": labels}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM command lines
+
+
+def _json(value: object) -> str:
+    """Compact, key-sorted JSON: flag values are byte-stable."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def engine_options(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[tuple[str, list[str]]]:
+    """The leader's options as (flag, values) in rendering order; frontend flags included, extraArgs not."""
+    d = tuning.dialect
+    spec, topo = serving.spec, tuning.topology
+    opts: list[tuple[str, list[str]]] = []
+
+    def add(setting: str, *values: str) -> None:
+        opts.append((d.flag(setting), list(values)))
+
+    if spec.model.revision is not None:
+        add("model_revision", spec.model.revision)
+    add("served_model_name", models.served_name(serving))
+    add("host", d.host)
+    add("port", str(d.port))
+    add("tensor_parallel_size", str(topo.tensor))
+    if topo.data > 1:
+        add("data_parallel_size", str(topo.data))
+        if topo.nodes_per_group > 1:
+            add("data_parallel_size_local", str(topo.data_local))
+            add("data_parallel_address", LEADER_ADDRESS)
+            add("data_parallel_rpc_port", str(d.data_parallel_rpc_port))
+    if tuning.api_server_count is not None:
+        add("api_server_count", str(tuning.api_server_count))
+    if tuning.expert_parallel:
+        add("enable_expert_parallel")
+    if tuning.all2all_backend is not None:
+        add("all2all_backend", tuning.all2all_backend)
+    if tuning.eplb.enabled:
+        add("enable_eplb")
+        eplb = tuning.eplb
+        add(
+            "eplb_config",
+            _json(
+                {
+                    d.key("eplb", "window_size"): eplb.window_size,
+                    d.key("eplb", "step_interval"): eplb.step_interval,
+                    d.key("eplb", "num_redundant_experts"): eplb.num_redundant_experts,
+                    d.key("eplb", "use_async"): eplb.use_async,
+                }
+            ),
+        )
+    if tuning.dbo.enabled:
+        add("enable_dbo")
+        add("dbo_decode_token_threshold", str(tuning.dbo.decode_token_threshold))
+        add("dbo_prefill_token_threshold", str(tuning.dbo.prefill_token_threshold))
+    add("max_model_len", str(tuning.max_model_len))
+    if tuning.max_num_seqs is not None:
+        add("max_num_seqs", str(tuning.max_num_seqs))
+    if tuning.max_num_batched_tokens is not None:
+        add("max_num_batched_tokens", str(tuning.max_num_batched_tokens))
+    for setting, value in (
+        ("attention_backend", tuning.attention_backend),
+        ("moe_backend", tuning.moe_backend),
+        ("kv_cache_dtype", tuning.kv_cache_dtype),
+    ):
+        if value is not None:
+            add(setting, value)
+    if tuning.speculative is not None:
+        add(
+            "speculative_config",
+            _json(
+                {
+                    d.key("speculative", "method"): tuning.speculative.method,
+                    d.key("speculative", "num_speculative_tokens"): tuning.speculative.num_speculative_tokens,
+                }
+            ),
+        )
+    compilation: dict[str, object] = {}
+    if tuning.cuda_graph.mode is not None:
+        compilation[d.key("compilation", "cudagraph_mode")] = tuning.cuda_graph.mode
+    if tuning.cuda_graph.capture_sizes is not None:
+        compilation[d.key("compilation", "cudagraph_capture_sizes")] = list(tuning.cuda_graph.capture_sizes)
+    if compilation:
+        add("compilation_config", _json(compilation))
+    if tuning.attention_config:
+        add("attention_config", _json(dict(tuning.attention_config)))
+    if tuning.additional_config:
+        add("additional_config", _json(dict(tuning.additional_config)))
+    if tuning.performance_mode is not None:
+        add("performance_mode", tuning.performance_mode)
+    if tuning.reasoning_parser is not None:
+        add("reasoning_parser", tuning.reasoning_parser)
+    if tuning.tool_call_parser is not None:
+        add("tool_call_parser", tuning.tool_call_parser)
+        if tuning.enable_auto_tool_choice:
+            add("enable_auto_tool_choice")
+    return opts
+
+
+def _flatten(opts: Sequence[tuple[str, list[str]]]) -> list[str]:
+    return [token for flag, values in opts for token in (flag, *values)]
+
+
+def literal(arg: str) -> str:
+    """``arg`` as Kubernetes must pass it: ``$(`` doubled so the kubelet expands no variable inside user strings
+    (``$(HF_TOKEN)`` in extraArgs would otherwise put the Secret's value into the process's argv)."""
+    return arg.replace("$(", "$$(")
+
+
+def split_extra_args(
+    extra_args: Sequence[str], version: str, frontend_flags: frozenset[str]
+) -> tuple[list[str], list[str]]:
+    """extraArgs as (for the leader, for the workers): workers drop the front-end flags and their values.
+
+    Validation has already refused extraArgs that ``vllm serve`` would not parse; an argument the facts cannot
+    read is kept for both (vLLM, not nvlfleet, will then say what is wrong with it).
+    """
+    try:
+        parsed = facts.load(version).parse_args(extra_args)
+    except facts.UnknownVersion:
+        return list(extra_args), list(extra_args)
+    starts = sorted({a.index for a in parsed.args} | {e.index for e in parsed.errors})
+    frontend = {a.index for a in parsed.args if a.flag.name in frontend_flags}
+    worker: list[str] = list(extra_args[: starts[0]]) if starts else list(extra_args)
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(extra_args)
+        if start not in frontend:
+            worker.extend(extra_args[start:end])
+    return list(extra_args), worker
+
+
+def leader_command(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[str]:
+    """argv of the leader (node 0): the API server and DP ranks 0..dpl-1 (README §4 leader shape, Example A)."""
+    d = tuning.dialect
+    leader_extra, _ = split_extra_args(serving.spec.extra_args, serving.spec.runtime.vllm_version, d.frontend_flags)
+    return [
+        *d.command,
+        serving.spec.model.name,
+        *_flatten(engine_options(serving, tuning)),
+        *(literal(arg) for arg in leader_extra),
+    ]
+
+
+def worker_command(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[str]:
+    """argv of a headless worker: the launcher, then ``vllm serve`` with the leader's engine args + ``--headless``.
+
+    The launcher appends ``--data-parallel-start-rank LWS_WORKER_INDEX × dpl`` (README §4 worker shape,
+    Example B); see the module docstring for why it exists.
+    """
+    d = tuning.dialect
+    _, worker_extra = split_extra_args(serving.spec.extra_args, serving.spec.runtime.vllm_version, d.frontend_flags)
+    engine = [(flag, values) for flag, values in engine_options(serving, tuning) if flag not in d.frontend_flags]
+    vllm_argv = [
+        *d.command,
+        serving.spec.model.name,
+        d.flag("headless"),
+        *_flatten(engine),
+        *(literal(arg) for arg in worker_extra),
+    ]
+    return [
+        d.python,
+        "-c",
+        WORKER_LAUNCHER,
+        str(tuning.topology.data_local),
+        d.flag("data_parallel_start_rank"),
+        *vllm_argv,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pods
+
+
+def _env(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[dict[str, Any]]:
+    spec = serving.spec
+    env: dict[str, dict[str, Any]] = {name: {"name": name, "value": value} for name, value in tuning.env}
+    env["HF_HOME"] = {"name": "HF_HOME", "value": spec.model.weights.mount_path}
+    ref = spec.model.hf_token_secret_ref
+    if ref is not None:
+        env["HF_TOKEN"] = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+    out = list(env.values())
+    for extra in spec.extra_env:  # the escape hatch wins over nvlfleet's own value, in place
+        item: dict[str, Any] = {"name": extra.name}
+        if extra.value is not None:
+            item["value"] = extra.value
+        if extra.value_from is not None:
+            item["valueFrom"] = extra.value_from
+        replaced = next((i for i, e in enumerate(out) if e["name"] == extra.name), None)
+        if replaced is None:
+            out.append(item)
+        else:
+            out[replaced] = item
+    return out
+
+
+def _volumes(serving: models.DeepSeekServing) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    pod, weights = serving.spec.pod, serving.spec.model.weights
+    volumes: list[dict[str, Any]] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size}}]
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]
+    cache_mount: dict[str, Any] = {"name": CACHE_VOLUME, "mountPath": weights.mount_path}
+    if weights.cache == "pvc" and weights.pvc is not None:
+        volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": weights.pvc.claim_name}})
+        if weights.pvc.sub_path:
+            cache_mount["subPath"] = weights.pvc.sub_path
+    elif weights.cache == "hostPath" and weights.host_path is not None:
+        volumes.append(
+            {"name": CACHE_VOLUME, "hostPath": {"path": weights.host_path.path, "type": "DirectoryOrCreate"}}
+        )
+    else:
+        volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
+    mounts.append(cache_mount)
+    return [*volumes, *pod.volumes], [*mounts, *pod.volume_mounts]
+
+
+def _resources(serving: models.DeepSeekServing, tuning: profiles.Tuning, claim: bool) -> dict[str, Any]:
+    user = serving.spec.pod.resources or {}
+    limits = {GPU_RESOURCE: str(tuning.topology.gpus_per_node), **user.get("limits", {})}
+    resources: dict[str, Any] = {"limits": limits}
+    if user.get("requests"):
+        resources["requests"] = dict(user["requests"])
+    if claim:
+        resources["claims"] = [{"name": CLAIM_NAME}]
+    return resources
+
+
+def _probe(tuning: profiles.Tuning, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": tuning.dialect.health_path, "port": HTTP_PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": tuning.probes.timeout_seconds,
+        "failureThreshold": failures,
+    }
+
+
+def _affinity(
+    serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning, domain: str | None
+) -> dict[str, Any]:
+    spec = serving.spec
+    gen = hardware.generation(spec.gpu.value)
+    domain_key = spec.placement.domain_label if gen.multi_node_nvlink else HOSTNAME_LABEL
+    terms: list[dict[str, Any]] = []
+    if domain is not None:
+        terms.append({"key": domain_key, "operator": "In", "values": [domain]})
+    elif gen.multi_node_nvlink:
+        terms.append({"key": domain_key, "operator": "Exists"})
+    terms.append({"key": PRODUCT_LABEL, "operator": "In", "values": [gen.product]})
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
+        }
+    }
+    if domain is None and tuning.topology.nodes_per_group > 1:
+        affinity["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": selector_labels(serving, role)},
+                    "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+                    "topologyKey": domain_key,
+                }
+            ]
+        }
+    return affinity
+
+
+def pod_template(
+    serving: models.DeepSeekServing,
+    role: models.RoleName,
+    tuning: profiles.Tuning,
+    domain: str | None,
+    *,
+    leader: bool,
+    compute_domain: str | None,
+) -> dict[str, Any]:
+    """The pod template of a group's leader (``leader=True``) or of its workers."""
+    spec, pod = serving.spec, serving.spec.pod
+    volumes, mounts = _volumes(serving)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "command": leader_command(serving, tuning) if leader else worker_command(serving, tuning),
+        "env": _env(serving, tuning),
+    }
+    if leader:
+        container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": tuning.dialect.port, "protocol": "TCP"}]
+        probes = tuning.probes
+        container["startupProbe"] = _probe(tuning, probes.period_seconds, probes.startup_failure_threshold)
+        container["readinessProbe"] = _probe(tuning, probes.period_seconds, probes.readiness_failure_threshold)
+        container["livenessProbe"] = _probe(tuning, probes.liveness_period_seconds, probes.liveness_failure_threshold)
+    container["resources"] = _resources(serving, tuning, claim=compute_domain is not None)
+    container["volumeMounts"] = mounts
+    container["securityContext"] = {"allowPrivilegeEscalation": False, "privileged": False}
+
+    pod_spec: dict[str, Any] = {
+        "affinity": _affinity(serving, role, tuning, domain),
+        "containers": [container],
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": volumes,
+    }
+    if spec.runtime.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in spec.runtime.image_pull_secrets]
+    if pod.node_selector:
+        pod_spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.priority_class_name:
+        pod_spec["priorityClassName"] = pod.priority_class_name
+    if pod.service_account_name:
+        pod_spec["serviceAccountName"] = pod.service_account_name
+    if compute_domain is not None:
+        pod_spec["resourceClaims"] = [
+            {"name": CLAIM_NAME, "resourceClaimTemplateName": channel_template_name(compute_domain)}
+        ]
+    metadata: dict[str, Any] = {"labels": {**pod.labels, **_labels(serving, role, domain)}}
+    if pod.annotations:
+        metadata["annotations"] = dict(pod.annotations)
+    return {"metadata": metadata, "spec": dict(sorted(pod_spec.items()))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Objects
+
+
+def leader_worker_set(
+    serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning, domain: str | None, groups: int
+) -> Manifest:
+    """The LeaderWorkerSet of one role in one domain (``domain=None``: unpinned)."""
+    name = lws_name(serving.metadata.name, role, domain)
+    compute_domain = name if tuning.fabric else None
+    size = tuning.topology.nodes_per_group
+    template: dict[str, Any] = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart"}
+    if size > 1:
+        template["leaderTemplate"] = pod_template(
+            serving, role, tuning, domain, leader=True, compute_domain=compute_domain
+        )
+    # A group of one node is all leader: LWS runs the worker template for it, so that template is the leader's.
+    template["workerTemplate"] = pod_template(
+        serving, role, tuning, domain, leader=size == 1, compute_domain=compute_domain
+    )
+    annotations = {PROFILE_ANNOTATION: f"{tuning.dialect.name}/{tuning.family.value} goal={tuning.goal.value}"}
+    if domain is not None:
+        annotations[DOMAIN_VALUE_ANNOTATION] = domain
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
+        "spec": {
+            "replicas": groups,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "leaderWorkerTemplate": template,
+        },
+    }
+
+
+def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domain: str | None) -> Manifest:
+    """The ComputeDomain (IMEX channel) of one LeaderWorkerSet. Its spec is immutable: recreate, never patch."""
+    name = lws_name(serving.metadata.name, role, domain)
+    annotations = {DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
+    return {
+        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
+        "kind": "ComputeDomain",
+        "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
+    }
+
+
+def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning) -> Manifest:
+    """The OpenAI endpoint of one role: its group leaders."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(service_name(serving.metadata.name, role), serving, _labels(serving, role, "")),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {**selector_labels(serving, role), LWS_WORKER_INDEX_LABEL: "0"},
+            "ports": [
+                {"name": HTTP_PORT_NAME, "port": tuning.dialect.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Manifest:
+    """A Prometheus Operator PodMonitor for every leader of the serving."""
+    return {
+        "apiVersion": POD_MONITOR_API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": _metadata(_fit(serving.metadata.name, "", DNS_LABEL_BUDGET), serving, _labels(serving, None, "")),
+        "spec": {
+            "selector": {"matchLabels": {**selector_labels(serving), LWS_WORKER_INDEX_LABEL: "0"}},
+            "podTargetLabels": [ROLE_LABEL, DOMAIN_LABEL],
+            "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": tuning.dialect.metrics_path}],
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checks render needs beyond validation
+
+
+def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -> list[problems.Problem]:
+    """What ``render`` cannot honour (names, reserved labels/volumes, GPU limits, the placement's shape)."""
+    found: list[problems.Problem] = []
+    name = serving.metadata.name
+    if not _DNS_1035.match(name) or len(name) > DNS_LABEL_BUDGET:
+        found.append(
+            problems.Problem(
+                "metadata.name",
+                f"{name!r} must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, "
+                f"at most {DNS_LABEL_BUDGET} characters): it names Services and labels",
+            )
+        )
+    pod = serving.spec.pod
+    for key in pod.labels:
+        if key.startswith(_RESERVED_LABEL_PREFIXES):
+            found.append(
+                problems.Problem(f'spec.pod.labels["{key}"]', "this label is set by nvlfleet and LeaderWorkerSet")
+            )
+    for i, volume in enumerate(pod.volumes):
+        if volume.get("name") in (SHM_VOLUME, CACHE_VOLUME):
+            found.append(
+                problems.Problem(f"spec.pod.volumes[{i}].name", f"{volume.get('name')!r} is nvlfleet's own volume")
+            )
+    taken = {SHM_PATH, serving.spec.model.weights.mount_path}
+    for i, mount in enumerate(pod.volume_mounts):
+        if mount.get("mountPath") in taken:
+            found.append(
+                problems.Problem(
+                    f"spec.pod.volumeMounts[{i}].mountPath", f"{mount.get('mountPath')} is mounted by nvlfleet"
+                )
+            )
+    for section, values in (pod.resources or {}).items():
+        if section not in ("limits", "requests"):
+            found.append(problems.Problem(f"spec.pod.resources.{section}", "only limits and requests may be set"))
+        elif GPU_RESOURCE in values:
+            found.append(
+                problems.Problem(
+                    f'spec.pod.resources.{section}["{GPU_RESOURCE}"]',
+                    "every pod takes all GPUs of its node; nvlfleet sets this from the GPU generation",
+                )
+            )
+    if placement is not None:
+        present = {role.value for role, _ in serving.spec.roles_present()}
+        for role, domains in placement.items():
+            if role not in present:
+                found.append(problems.Problem(f"placement.{role}", "the serving has no such role"))
+                continue
+            for domain, groups in domains.items():
+                if not domain or len(domain) > DNS_LABEL_BUDGET or not _LABEL_VALUE.match(domain):
+                    found.append(problems.Problem(f"placement.{role}", f"{domain!r} is not a node label value"))
+                if groups < 0:
+                    found.append(problems.Problem(f"placement.{role}.{domain}", "groups cannot be negative"))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The entry point
+
+
+def render(serving: models.DeepSeekServing, placement: Placement | None = None) -> list[Manifest]:
+    """Every child manifest of ``serving``, in a stable order: per role (prefill first) its ComputeDomains and
+    LeaderWorkerSets by domain value, then its Service; the PodMonitor last.
+
+    ``placement`` is ``{role: {domain value: groups}}`` from the planner; ``None`` renders every role unpinned.
+    A role missing from a given placement has no LeaderWorkerSet (nothing placed). Raises
+    ``problems.InvalidSpec`` for anything it cannot honour; a spec that passed ``nvlfleet.validation`` and a
+    planner placement never make it raise otherwise.
+    """
+    found = problems_for(serving, placement)
+    if found:
+        raise problems.InvalidSpec(found)
+    out: list[Manifest] = []
+    tunings: list[profiles.Tuning] = []
+    for role, role_spec in serving.spec.roles_present():
+        tuning = profiles.effective(serving.spec, role)
+        tunings.append(tuning)
+        if placement is None:
+            where: list[tuple[str | None, int]] = [(None, role_spec.groups)]
+        else:
+            where = [(domain, groups) for domain, groups in sorted(placement.get(role.value, {}).items()) if groups > 0]
+        for domain, groups in where:
+            if tuning.fabric:
+                out.append(compute_domain(serving, role, domain))
+            out.append(leader_worker_set(serving, role, tuning, domain, groups))
+        out.append(service(serving, role, tuning))
+    if serving.spec.monitoring.pod_monitor:
+        out.append(pod_monitor(serving, tunings[-1]))
+    return out
