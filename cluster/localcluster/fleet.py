@@ -18,6 +18,7 @@ endpoint can listen on a pod's IP.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import ipaddress
@@ -218,7 +219,7 @@ def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: 
     }
     allocatable = {
         **capacity,
-        "cpu": f"{model.cpu * 1000 - 2000}m",
+        "cpu": str(model.cpu - 2),
         "memory": f"{model.memory_gib - 16}Gi",
         "ephemeral-storage": "3500Gi",
     }
@@ -361,7 +362,7 @@ def _occupy(api_client: Any, nodes: list[dict[str, Any]]) -> None:
         name = node["metadata"]["name"]
         gpus = node["status"]["allocatable"][GPU_RESOURCE]
         pod = {
-            "metadata": {"name": f"occupant-{name}", "labels": {"app": "occupant"}},
+            "metadata": {"name": f"occupant-{name}", "labels": {LABEL_FLEET: node["metadata"]["labels"][LABEL_FLEET]}},
             "spec": {
                 "nodeName": name,
                 "tolerations": [{"operator": "Exists"}],
@@ -396,11 +397,14 @@ def _wait_default_service_account(core: Any, namespace: str, timeout: float = 60
 
 
 def delete_fleet(api_client: Any, fleet: str = "sim") -> int:
-    """Delete every node of `fleet` (by label); returns how many."""
+    """Delete every node of `fleet` and the occupant pods on them (by label); returns how many nodes."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    nodes = core.list_node(label_selector=f"{LABEL_FLEET}={fleet}").items
+    selector = f"{LABEL_FLEET}={fleet}"
+    with contextlib.suppress(client.ApiException):  # no occupant namespace yet: nothing to delete
+        core.delete_collection_namespaced_pod(OCCUPIED_NAMESPACE, label_selector=selector, grace_period_seconds=0)
+    nodes = core.list_node(label_selector=selector).items
     for node in nodes:
         core.delete_node(node.metadata.name)
     return len(nodes)

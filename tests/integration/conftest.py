@@ -1,0 +1,150 @@
+"""Fixtures for integration tests: the local real cluster, a namespace per test, simulated GPU fleets.
+
+- `local_cluster` (session): brings the cluster up through localcluster's Python API, or reuses the running
+  one (`make integration` starts it first), and puts the pinned kubectl and helm first on PATH with
+  KUBECONFIG pointing at it, so subprocesses in tests use exactly those. A cluster that cannot start fails
+  every integration test with the component and log file named; it is never skipped.
+- `kubeconfig`, `api_client` (session): the admin kubeconfig path and a kubernetes ApiClient on it.
+- `namespace`: a fresh namespace whose `default` ServiceAccount exists; deleted after the test.
+- `wait_for`: `wait_for(predicate, timeout, what)` polls until the predicate is truthy, else fails the test.
+- `fleet_factory`: `fleet_factory(racks=2, gpu="GB200", oddities=...)` adds kwok nodes shaped like NVL72
+  trays under a fleet name unique to the test and removes them afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+# The Makefile puts cluster/ on PYTHONPATH; a bare `pytest` run gets it here.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
+
+from localcluster import binaries, cluster, errors, fleet
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalCluster:
+    kubeconfig: pathlib.Path
+    api_client: client.ApiClient
+    kubectl: pathlib.Path
+    helm: pathlib.Path
+    ports: dict[str, int]
+
+
+def _progress(message: str) -> None:
+    # Straight to the terminal: pytest captures fixture output, and a cold build takes minutes.
+    print(f"localcluster: {message}", file=sys.__stderr__, flush=True)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    try:
+        running = cluster.up(progress=_progress)
+    except errors.ComponentError as error:
+        pytest.fail(error.line(), pytrace=False)
+    api = config.new_client_from_config(config_file=str(running.kubeconfig))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUBECONFIG", str(running.kubeconfig))
+        env.setenv("PATH", f"{binaries.path_dir()}{os.pathsep}{os.environ.get('PATH', '')}")
+        yield LocalCluster(running.kubeconfig, api, running.kubectl, running.helm, running.ports)
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(local_cluster: LocalCluster) -> pathlib.Path:
+    return local_cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api_client(local_cluster: LocalCluster) -> client.ApiClient:
+    return local_cluster.api_client
+
+
+def _short_id(request: pytest.FixtureRequest) -> str:
+    return hashlib.sha256(f"{request.node.nodeid}{time.time_ns()}".encode()).hexdigest()[:6]
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(api_client)
+    name = f"it-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{_short_id(request)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", name)), 60, "default SA")
+    yield name
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    name: str
+    gpu: str
+    nodes: list[dict[str, Any]]
+
+    def rack(self, index: int) -> list[dict[str, Any]]:
+        return [n for n in self.nodes if n["metadata"]["labels"][fleet.LABEL_RACK] == str(index)]
+
+    def node_names(self, rack: int | None = None) -> set[str]:
+        nodes = self.nodes if rack is None else self.rack(rack)
+        return {n["metadata"]["name"] for n in nodes}
+
+    def clique(self, rack: int) -> str:
+        return fleet.clique(self.name, self.gpu, rack)
+
+
+FleetFactory = Callable[..., Fleet]
+
+
+@pytest.fixture
+def fleet_factory(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[FleetFactory]:
+    made: list[str] = []
+
+    def make(racks: int = 1, gpu: str = "GB200", **options: Any) -> Fleet:
+        name = f"it{_short_id(request)}"
+        made.append(name)
+        nodes = fleet.apply_fleet(api_client, racks, gpu, fleet=name, **options)
+        return Fleet(name, gpu, nodes)
+
+    yield make
+    for name in made:
+        fleet.delete_fleet(api_client, name)
+
+
+@pytest.fixture(name="wait_for")
+def wait_for_fixture() -> Callable[..., Any]:
+    return wait_for
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll until `predicate()` is truthy and return it; fail the test naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
+        time.sleep(interval)
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
