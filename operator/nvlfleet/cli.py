@@ -18,6 +18,7 @@ from nvlfleet import __version__
 COMMANDS: dict[str, str] = {
     "validate": "check DeepSeekServing files; print each problem with its field path",
     "crd": "print the DeepSeekServing CustomResourceDefinition generated from the models",
+    "plan": "show where each serving's groups would go and what is left per NVLink domain",
 }
 
 

@@ -326,28 +326,30 @@ def parse_node(obj: object, path: str, found: list[problems.Problem]) -> Node | 
     node = _mapping(obj, path, found)
     if len(found) > before:
         return None
-    meta = _mapping(node.get("metadata", {}), f"{path}.metadata", found)
-    spec = _mapping(node.get("spec", {}) or {}, f"{path}.spec", found)
-    status = _mapping(node.get("status", {}) or {}, f"{path}.status", found)
+    meta = _mapping(node.get("metadata", {}), _at(path, "metadata"), found)
+    spec = _mapping(node.get("spec", {}) or {}, _at(path, "spec"), found)
+    status = _mapping(node.get("status", {}) or {}, _at(path, "status"), found)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        found.append(problems.Problem(f"{path}.metadata.name", "a Node needs a name"))
-    labels = _string_map(meta.get("labels", {}) or {}, f"{path}.metadata.labels", found)
-    allocatable = _mapping(status.get("allocatable", {}) or {}, f"{path}.status.allocatable", found)
-    gpus = _count(allocatable.get(GPU_RESOURCE, 0), f'{path}.status.allocatable["{GPU_RESOURCE}"]', found)
+        found.append(problems.Problem(_at(path, "metadata.name"), "a Node needs a name"))
+    labels = _string_map(meta.get("labels", {}) or {}, _at(path, "metadata.labels"), found)
+    allocatable = _mapping(status.get("allocatable", {}) or {}, _at(path, "status.allocatable"), found)
+    gpus = _count(allocatable.get(GPU_RESOURCE, 0), _at(path, f'status.allocatable["{GPU_RESOURCE}"]'), found)
     taints = tuple(
         t
-        for i, item in enumerate(_list(spec.get("taints", []) or [], f"{path}.spec.taints", found))
-        if (t := _taint(item, f"{path}.spec.taints[{i}]", found)) is not None
+        for i, item in enumerate(_list(spec.get("taints", []) or [], _at(path, "spec.taints"), found))
+        if (t := _taint(item, _at(path, f"spec.taints[{i}]"), found)) is not None
     )
     ready = False
-    for i, item in enumerate(_list(status.get("conditions", []) or [], f"{path}.status.conditions", found)):
-        cond = _mapping(item, f"{path}.status.conditions[{i}]", found)
+    for i, item in enumerate(_list(status.get("conditions", []) or [], _at(path, "status.conditions"), found)):
+        cond = _mapping(item, _at(path, f"status.conditions[{i}]"), found)
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
     unschedulable = spec.get("unschedulable", False)
     if not isinstance(unschedulable, bool):
-        found.append(problems.Problem(f"{path}.spec.unschedulable", f"expected true or false, got {unschedulable!r}"))
+        found.append(
+            problems.Problem(_at(path, "spec.unschedulable"), f"expected true or false, got {unschedulable!r}")
+        )
     if len(found) > before or not isinstance(name, str):
         return None
     return Node(name=name, labels=labels, gpus=gpus, ready=ready, unschedulable=bool(unschedulable), taints=taints)
@@ -359,12 +361,12 @@ def parse_pod(obj: object, path: str, found: list[problems.Problem]) -> GpuPod |
     pod = _mapping(obj, path, found)
     if len(found) > before:
         return None
-    meta = _mapping(pod.get("metadata", {}), f"{path}.metadata", found)
-    spec = _mapping(pod.get("spec", {}) or {}, f"{path}.spec", found)
-    status = _mapping(pod.get("status", {}) or {}, f"{path}.status", found)
-    labels = _string_map(meta.get("labels", {}) or {}, f"{path}.metadata.labels", found)
+    meta = _mapping(pod.get("metadata", {}), _at(path, "metadata"), found)
+    spec = _mapping(pod.get("spec", {}) or {}, _at(path, "spec"), found)
+    status = _mapping(pod.get("status", {}) or {}, _at(path, "status"), found)
+    labels = _string_map(meta.get("labels", {}) or {}, _at(path, "metadata.labels"), found)
     name, namespace, node = meta.get("name"), meta.get("namespace", "default"), spec.get("nodeName")
-    gpus = _pod_gpus(spec, f"{path}.spec", found)
+    gpus = _pod_gpus(spec, _at(path, "spec"), found)
     if len(found) > before or not isinstance(name, str) or not isinstance(namespace, str):
         return None
     if not isinstance(node, str) or not node or gpus == 0 or status.get("phase") in ("Succeeded", "Failed"):
@@ -389,14 +391,14 @@ def _pod_gpus(spec: Mapping[str, object], path: str, found: list[problems.Proble
     """GPUs the scheduler reserves for the pod: containers (and sidecars) add up, plain init containers peak."""
 
     def requested(field: str) -> Iterator[tuple[int, bool]]:
-        for i, item in enumerate(_list(spec.get(field, []) or [], f"{path}.{field}", found)):
-            container = _mapping(item, f"{path}.{field}[{i}]", found)
-            res = _mapping(container.get("resources", {}) or {}, f"{path}.{field}[{i}].resources", found)
+        for i, item in enumerate(_list(spec.get(field, []) or [], _at(path, field), found)):
+            container = _mapping(item, _at(path, f"{field}[{i}]"), found)
+            res = _mapping(container.get("resources", {}) or {}, _at(path, f"{field}[{i}].resources"), found)
             amount = 0
             for kind in ("limits", "requests"):
-                quantities = _mapping(res.get(kind, {}) or {}, f"{path}.{field}[{i}].resources.{kind}", found)
+                quantities = _mapping(res.get(kind, {}) or {}, _at(path, f"{field}[{i}].resources.{kind}"), found)
                 if GPU_RESOURCE in quantities:
-                    where = f'{path}.{field}[{i}].resources.{kind}["{GPU_RESOURCE}"]'
+                    where = _at(path, f'{field}[{i}].resources.{kind}["{GPU_RESOURCE}"]')
                     amount = max(amount, _count(quantities[GPU_RESOURCE], where, found))
             yield amount, container.get("restartPolicy") == "Always"
 
@@ -414,10 +416,10 @@ def _taint(obj: object, path: str, found: list[problems.Problem]) -> Taint | Non
     taint = _mapping(obj, path, found)
     key, value, effect = taint.get("key"), taint.get("value", "") or "", taint.get("effect")
     if not isinstance(key, str) or not key:
-        found.append(problems.Problem(f"{path}.key", "a taint needs a key"))
+        found.append(problems.Problem(_at(path, "key"), "a taint needs a key"))
         return None
     if effect not in _EFFECTS:
-        found.append(problems.Problem(f"{path}.effect", f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
+        found.append(problems.Problem(_at(path, "effect"), f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
         return None
     return Taint(key=key, value=str(value), effect=str(effect))
 
@@ -428,19 +430,19 @@ def _toleration(obj: object, path: str, found: list[problems.Problem]) -> Tolera
     effect, seconds = tol.get("effect", "") or "", tol.get("tolerationSeconds")
     before = len(found)
     if not isinstance(key, str):
-        found.append(problems.Problem(f"{path}.key", f"expected a string, got {key!r}"))
+        found.append(problems.Problem(_at(path, "key"), f"expected a string, got {key!r}"))
     if operator not in ("Equal", "Exists"):
-        found.append(problems.Problem(f"{path}.operator", f"expected Equal or Exists, got {operator!r}"))
+        found.append(problems.Problem(_at(path, "operator"), f"expected Equal or Exists, got {operator!r}"))
     if operator == "Exists" and value:
-        found.append(problems.Problem(f"{path}.value", "must be empty when operator is Exists"))
+        found.append(problems.Problem(_at(path, "value"), "must be empty when operator is Exists"))
     if operator == "Equal" and not key:
-        found.append(problems.Problem(f"{path}.key", "an empty key needs operator Exists"))
+        found.append(problems.Problem(_at(path, "key"), "an empty key needs operator Exists"))
     if not isinstance(value, str | None):
-        found.append(problems.Problem(f"{path}.value", f"expected a string, got {value!r}"))
+        found.append(problems.Problem(_at(path, "value"), f"expected a string, got {value!r}"))
     if effect and effect not in _EFFECTS:
-        found.append(problems.Problem(f"{path}.effect", f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
+        found.append(problems.Problem(_at(path, "effect"), f"expected one of {', '.join(_EFFECTS)}, got {effect!r}"))
     if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool)):
-        found.append(problems.Problem(f"{path}.tolerationSeconds", f"expected an integer, got {seconds!r}"))
+        found.append(problems.Problem(_at(path, "tolerationSeconds"), f"expected an integer, got {seconds!r}"))
     if len(found) > before:
         return None
     return Toleration(
@@ -450,6 +452,11 @@ def _toleration(obj: object, path: str, found: list[problems.Problem]) -> Tolera
         effect=str(effect),
         toleration_seconds=seconds if isinstance(seconds, int) else None,
     )
+
+
+def _at(path: str, field: str) -> str:
+    """``path.field``, or just ``field`` at the top of a document."""
+    return f"{path}.{field}" if path else field
 
 
 def _mapping(obj: object, path: str, found: list[problems.Problem]) -> Mapping[str, object]:
