@@ -405,6 +405,11 @@ def role_spec(spec: models.DeepSeekServingSpec, role: models.RoleName) -> models
     return found
 
 
+def _kernel_path(field: str) -> str:
+    """The wire path of a spec.kernels field, as the user wrote it (the models' alias, e.g. all2AllBackend)."""
+    return f"spec.kernels.{models.KernelSpec.model_fields[field].alias}"
+
+
 def _user_choices(
     spec: models.DeepSeekServingSpec, role: models.RoleName, role_spec: models.RoleSpec
 ) -> dict[str, tuple[JsonValue, Reason]]:
@@ -437,10 +442,10 @@ def _user_choices(
     kernels = spec.kernels
     dbo, eplb = kernels.dual_batch_overlap, kernels.eplb
     optional: list[tuple[str, JsonValue, str]] = [
-        ("attention_backend", kernels.attention_backend, "spec.kernels.attentionBackend"),
-        ("moe_backend", kernels.moe_backend, "spec.kernels.moeBackend"),
-        ("all2all_backend", kernels.all2all_backend, "spec.kernels.all2allBackend"),
-        ("kv_cache_dtype", kernels.kv_cache_dtype, "spec.kernels.kvCacheDtype"),
+        ("attention_backend", kernels.attention_backend, _kernel_path("attention_backend")),
+        ("moe_backend", kernels.moe_backend, _kernel_path("moe_backend")),
+        ("all2all_backend", kernels.all2all_backend, _kernel_path("all2all_backend")),
+        ("kv_cache_dtype", kernels.kv_cache_dtype, _kernel_path("kv_cache_dtype")),
     ]
     if dbo is not None:
         optional += [
