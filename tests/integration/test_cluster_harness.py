@@ -9,20 +9,25 @@ trays.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
+import os
 import pathlib
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from localcluster import credentials, fleet
+from localcluster import binaries, credentials, errors, fleet, versions
 
 pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 CD_GROUP, CD_VERSION, CD_PLURAL = "resource.nvidia.com", "v1beta1", "computedomains"
@@ -351,6 +356,29 @@ def test_a_compute_domain_is_accepted_defaulted_and_its_spec_is_immutable(
     assert 'spec.channel.allocationMode: Unsupported value: "Many"' in message
 
 
+def test_the_dra_api_a_compute_domain_channel_needs_is_served(api_client: client.ApiClient, namespace: str) -> None:
+    # What the NVIDIA controller would create for a ComputeDomain; here only the API is real, no driver runs.
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "cd-channel"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "channel", "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
+                    ]
+                }
+            }
+        },
+    }
+    custom = client.CustomObjectsApi(api_client)
+    created = custom.create_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", template
+    )
+    assert created["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"
+
+
 # --- the simulated fleet -----------------------------------------------------------------------------
 
 
@@ -384,3 +412,81 @@ def test_fleet_nodes_in_the_cluster_are_the_nvl72_trays_the_builder_describes(
         fleet.OCCUPIED_NAMESPACE, field_selector=f"spec.nodeName={occupied.metadata.name}"
     ).items
     assert [p.status.phase for p in tenant] == ["Running"]
+
+
+# --- the harness's own faults and lifecycle ----------------------------------------------------------
+
+
+def localcluster_cli(*args: str, cluster_dir: pathlib.Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "cluster"), "NVLFLEET_CLUSTER_DIR": str(cluster_dir), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "localcluster", *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def running_binary(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def test_a_second_cluster_comes_up_beside_the_first_is_reused_and_down_leaves_no_process(
+    local_cluster: Any, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    scratch = tmp_path / "cluster"
+    request.addfinalizer(lambda: localcluster_cli("down", cluster_dir=scratch))
+
+    first = localcluster_cli("up", cluster_dir=scratch)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == f"KUBECONFIG={scratch / 'kubeconfig'}"
+    pids = {p.stem: int(p.read_text()) for p in (scratch / "pids").glob("*.pid")}
+    state = json.loads((scratch / "state.json").read_text())
+    assert sorted(pids) == sorted(c.name for c in versions.GO_COMPONENTS)
+    assert set(state["ports"].values()).isdisjoint(local_cluster.ports.values())
+
+    again = localcluster_cli("up", cluster_dir=scratch)
+    assert again.returncode == 0, again.stderr
+    assert "reusing the healthy cluster" in again.stderr
+    assert {p.stem: int(p.read_text()) for p in (scratch / "pids").glob("*.pid")} == pids
+    status = localcluster_cli("status", cluster_dir=scratch)
+    assert status.returncode == 0
+    assert status.stdout.splitlines()[-1] == f"KUBECONFIG={scratch / 'kubeconfig'}"
+
+    down = localcluster_cli("down", cluster_dir=scratch)
+    assert down.returncode == 0, down.stderr
+    assert {name: running_binary(pid) for name, pid in pids.items()} == dict.fromkeys(pids)
+    assert sorted(p.name for p in scratch.iterdir()) == [".lock", "logs"]
+
+
+def test_a_port_in_use_is_one_line_naming_the_component_and_its_log(tmp_path: pathlib.Path) -> None:
+    scratch = tmp_path / "cluster"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = localcluster_cli("up", cluster_dir=scratch, NVLFLEET_PORT_ETCD=str(port))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"localcluster: etcd: port 127.0.0.1:{port} (etcd) is in use (log: {scratch / 'logs' / 'etcd.log'})"
+    )
+    assert "KUBECONFIG=" not in result.stdout
+    assert not list((scratch / "pids").glob("*.pid"))
+
+
+def test_a_failed_build_is_one_line_naming_the_component_and_its_log(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVLFLEET_CACHE", str(tmp_path / "cache"))
+    unreleased = dataclasses.replace(versions.go_component("etcd"), version="v3.7.999")
+    monkeypatch.setattr(versions, "GO_COMPONENTS", (unreleased,))
+
+    with pytest.raises(errors.ComponentError) as failed:
+        binaries.ensure_all(progress=lambda _: None)
+
+    log = tmp_path / "cache" / "logs" / "modules-etcd.log"
+    assert failed.value.line() == f"localcluster: etcd: downloading Go modules for etcd failed (log: {log})"
+    assert "v3.7.999" in log.read_text()
