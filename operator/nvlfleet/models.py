@@ -392,7 +392,12 @@ class KernelSpec(_Model):
     ] = None
     all2all_backend: Annotated[
         str | None,
-        pydantic.Field(description="Expert all-to-all backend (--all2all-backend).", pattern=r"^[a-z0-9_]+$"),
+        pydantic.Field(
+            # to_camel would spell it all2AllBackend; the API follows vLLM's --all2all-backend.
+            alias="all2allBackend",
+            description="Expert all-to-all backend (--all2all-backend).",
+            pattern=r"^[a-z0-9_]+$",
+        ),
     ] = None
     kv_cache_dtype: Annotated[
         str | None, pydantic.Field(description="KV-cache dtype (--kv-cache-dtype).", pattern=r"^[a-z0-9_]+$")
