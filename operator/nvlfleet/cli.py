@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "validate": "check DeepSeekServing files; print each problem with its field path",
     "crd": "print the DeepSeekServing CustomResourceDefinition generated from the models",
     "plan": "show where each serving's groups would go and what is left per NVLink domain",
+    "economics": "tokens/s, speculative yield and revenue per GPU-hour from two saved vLLM /metrics scrapes",
+    "simulate": "run simulated vLLM 0.33 endpoints (/metrics, /health, /v1/models) for demos and tests",
 }
 
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,6 +19,7 @@ import pytest
 from prometheus_client import parser
 
 from nvlfleet import vllmsim
+from nvlfleet.commands import simulate
 
 T0 = 1_790_000_000.0  # any fixed wall-clock second
 
@@ -305,3 +312,54 @@ def test_many_endpoints_on_one_port_across_loopback_addresses() -> None:
             await sim.close()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nvlfleet simulate
+
+
+def test_listen_ranges_count_up_ports_or_hosts() -> None:
+    assert simulate.expand(["127.0.0.1:20000"], 3, "port") == [
+        ("127.0.0.1", 20000),
+        ("127.0.0.1", 20001),
+        ("127.0.0.1", 20002),
+    ]
+    assert simulate.expand(["127.1.0.255:8000"], 2, "host") == [("127.1.0.255", 8000), ("127.1.1.0", 8000)]
+
+
+@pytest.mark.parametrize(
+    ("listens", "count", "vary", "message"),
+    [
+        (["localhost"], 1, "port", "expected HOST:PORT"),
+        (["127.0.0.1:65535"], 2, "port", "ports beyond 65535"),
+        (["localhost:8000"], 2, "host", "needs an IPv4 address"),
+        (["127.0.0.1:8000", "127.0.0.1:8001"], 2, "port", "overlap"),
+    ],
+)
+def test_bad_listen_ranges_are_explained(listens: list[str], count: int, vary: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        simulate.expand(listens, count, vary)
+
+
+def test_the_command_serves_until_terminated(tmp_path: pathlib.Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    urls_file = tmp_path / "urls"
+    argv = ["simulate", "--listen", f"127.0.2.1:{port}", "--count", "3", "--vary", "host", "--engines", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvlfleet.cli", *argv, "--addresses-file", str(urls_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("serving 3 simulated vLLM 0.33.0 endpoint(s)")
+        urls = urls_file.read_text().split()
+        assert urls == [f"http://127.0.2.{i}:{port}" for i in (1, 2, 3)]
+        for url in urls:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                assert response.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
