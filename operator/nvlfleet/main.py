@@ -1,0 +1,726 @@
+"""The operator process: kopf handlers that run the reconcile loop, the admission webhook, and telemetry.
+
+Adapter at the top of the data flow. Every path into the loop — a serving created, changed or resumed, the
+periodic re-check, a Node or GPU pod or LeaderWorkerSet that changed — ends in ``Operator.reconcile``:
+
+    read (kube, and kopf's node/pod indexes) → reconciler.reconcile (pure) → apply → prune → status → events
+
+Choices worth knowing:
+
+* **One reconcile at a time.** A process-wide asyncio lock is held from reading the fleet to the last write, so
+  two servings planned back to back see each other's LeaderWorkerSets and never over-commit a rack.
+* **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (``timer``) writes
+  nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the status
+  with the observed status). kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
+* **Nodes and GPU pods are watched through kopf indexes** (informer caches that kopf fills before any handler
+  runs). Their changes nudge the servings they affect — a rack that frees capacity re-plans servings waiting for
+  it, a lost node re-plans the servings placed in its rack — through a small debounced queue, so a burst of pod
+  updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces'
+  servings are reconciled: free capacity in a rack is a cluster fact.
+* **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
+  starts kopf only once it holds the Lease, and a leader that cannot renew stops, so two replicas never both
+  reconcile. kopf's own peering is switched off (it pauses operators by priority but does not elect).
+* **Admission webhook, failurePolicy Ignore.** The webhook runs ``validation.validate``, the same checks as
+  ``nvlfleet validate``, so ``kubectl apply`` of a bad serving fails at once with the field path. It is a fast
+  path for feedback, not the safety net: the CRD's schema and CEL rules hold without it, and the reconciler
+  re-validates every generation and touches nothing for an invalid spec (condition ``Ready=False,
+  InvalidSpec``). ``Fail`` would make the operator's availability a precondition for editing any serving —
+  scaling down during an incident while the operator is down would be refused — and would also reject kopf's
+  own bookkeeping patches. Updates that leave the spec as it is (labels, annotations, kopf's bookkeeping) are
+  always admitted, so an object admitted while the webhook was down never gets stuck.
+* **Missing prerequisites** (the LWS or ComputeDomain API not installed) are a condition on the serving, not an
+  exception, so nothing crash-loops; the re-check notices when the API appears.
+
+``kopf run -m nvlfleet.main`` works with settings from the environment (``NVLFLEET_*``, see ``Config``);
+``nvlfleet run`` sets them from its flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from nvlfleet import inventory, kube, models, problems, reconciler, telemetry, validation
+
+log = logging.getLogger("nvlfleet")
+
+DSS = (models.GROUP, models.VERSION, models.PLURAL)
+WEBHOOK_ID = "validate-deepseekserving"  # kopf serves it at /validate-deepseekserving (the chart's path)
+LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+@dataclasses.dataclass
+class Config:
+    """Operator settings; defaults come from ``NVLFLEET_*`` environment variables."""
+
+    namespaces: frozenset[str] = frozenset()  # empty: every namespace
+    recheck_seconds: float = 60.0
+    debounce_seconds: float = 1.0
+    retry_seconds: float = 10.0
+    bind_address: str = "0.0.0.0"  # noqa: S104 — in a pod, probes and Prometheus come from outside
+    metrics_port: int = 0  # 0: no exporter
+    webhook_port: int = 0  # 0: no admission webhook
+    webhook_host: str = "127.0.0.1"  # the address the API server calls when nvlfleet manages the configuration
+    webhook_cert_dir: str | None = None  # tls.crt/tls.key (+ ca.crt) from the chart; None: self-signed + managed
+    scrape_seconds: float = 15.0
+    status_metrics_seconds: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Config:
+        def num(name: str, default: float) -> float:
+            return float(env.get(f"NVLFLEET_{name}", default))
+
+        names = env.get("NVLFLEET_NAMESPACES", "")
+        return cls(
+            namespaces=frozenset(n for n in names.split(",") if n),
+            recheck_seconds=num("RECHECK_SECONDS", cls.recheck_seconds),
+            bind_address=env.get("NVLFLEET_BIND_ADDRESS", cls.bind_address),
+            metrics_port=int(num("METRICS_PORT", cls.metrics_port)),
+            webhook_port=int(num("WEBHOOK_PORT", cls.webhook_port)),
+            webhook_host=env.get("NVLFLEET_WEBHOOK_HOST", cls.webhook_host),
+            webhook_cert_dir=env.get("NVLFLEET_WEBHOOK_CERT_DIR") or None,
+            scrape_seconds=num("SCRAPE_SECONDS", cls.scrape_seconds),
+            status_metrics_seconds=num("STATUS_METRICS_SECONDS", cls.status_metrics_seconds),
+        )
+
+
+@dataclasses.dataclass
+class _Known:
+    """What the last pass decided for a serving, to route node and pod events to it."""
+
+    domain_label: str
+    domains: frozenset[str]
+    unplaced: int
+
+
+class Nudges:
+    """Servings to reconcile soon: coalesces bursts (one pass per serving) and holds delayed retries."""
+
+    def __init__(self, debounce: float) -> None:
+        self._debounce = debounce
+        self._due: dict[inventory.ServingKey, float] = {}
+        self._wake = asyncio.Event()
+
+    def add(self, key: inventory.ServingKey, delay: float = 0.0) -> None:
+        when = time.monotonic() + max(delay, self._debounce)
+        self._due[key] = min(self._due.get(key, when), when)
+        self._wake.set()
+
+    async def next_batch(self) -> list[inventory.ServingKey]:
+        """Wait until at least one serving is due, and return every serving due by then."""
+        while True:
+            now = time.monotonic()
+            due = sorted(k for k, t in self._due.items() if t <= now)
+            if due:
+                for key in due:
+                    del self._due[key]
+                return due
+            self._wake.clear()
+            timeout = min(self._due.values()) - now if self._due else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+
+class Operator:
+    """Process-wide state: the API connection, the lock, what each serving last decided, telemetry."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.api: kube.Api | None = None
+        self.lock = asyncio.Lock()
+        self.known: dict[inventory.ServingKey, _Known] = {}
+        self.nudges = Nudges(config.debounce_seconds)
+        self.indices: Mapping[str, Any] = {}
+        self.metrics = telemetry.OperatorMetrics()
+        self.scraper = telemetry.Scraper(self.metrics)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.nodes_seen: dict[str, tuple[Any, ...]] = {}
+        self.status_metrics: dict[inventory.ServingKey, dict[str, Any]] = {}
+        self._served: dict[str, tuple[bool, float]] = {}
+
+    def watched(self, namespace: str | None) -> bool:
+        return not self.config.namespaces or namespace in self.config.namespaces
+
+    # -- the pass ---------------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: inventory.ServingKey) -> reconciler.Decision | None:
+        """One full pass for one serving, under the process-wide lock. Raises kube.ApiError on API failures."""
+        api = self._api()
+        async with self.lock:
+            with self.metrics.reconciling(key.namespace, key.name):
+                serving = await asyncio.to_thread(api.get, kube.DEEPSEEK_SERVING, key.namespace, key.name)
+                if serving is None:
+                    self.forget(key)
+                    return None
+                snap = await asyncio.to_thread(self._observe, api, serving)
+                with self.metrics.planning():
+                    decision = reconciler.reconcile(snap)
+                if decision.creates:
+                    foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
+                    if foreign:
+                        decision = reconciler.reconcile(dataclasses.replace(snap, foreign=foreign))
+                await asyncio.to_thread(self._carry_out, api, serving, decision)
+        self._remember(key, serving, decision)
+        if decision.requeue_after is not None:
+            self.nudges.add(key, decision.requeue_after)
+        return decision
+
+    def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
+        meta = serving["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
+        fleet = (
+            api.list_objects(kube.LEADER_WORKER_SET, None, {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY})
+            if kube.LEADER_WORKER_SET.kind in served
+            else []
+        )
+        selector = {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY, reconciler.SERVING_LABEL: name}
+        children = [
+            lws
+            for lws in fleet
+            if lws["metadata"].get("namespace") == namespace
+            and (lws["metadata"].get("labels") or {}).get(reconciler.SERVING_LABEL) == name
+        ]
+        for kind in kube.CHILD_KINDS:
+            if kind is not kube.LEADER_WORKER_SET and kind.kind in served:
+                children += api.list_objects(kind, namespace, selector)
+        return reconciler.Snapshot(
+            serving=serving,
+            now=datetime.datetime.now(datetime.UTC),
+            children=children,
+            nodes=list(_store(self.indices, "fleet_nodes")),
+            pods=list(_store(self.indices, "gpu_pods")),
+            fleet=fleet,
+            served=served,
+        )
+
+    def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
+        """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""
+        answer, at = self._served.get(kind.kind, (False, 0.0))
+        if answer and time.monotonic() - at < 60:
+            return True
+        answer = api.served(kind)
+        self._served[kind.kind] = (answer, time.monotonic())
+        return answer
+
+    def _foreign(
+        self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision
+    ) -> list[dict[str, Any]]:
+        """Objects already present under names the decision would create, that are not this serving's."""
+        meta = serving["metadata"]
+        found = []
+        for obj in decision.apply:
+            ident = (obj["kind"], obj["metadata"]["name"])
+            if ident not in decision.creates:
+                continue
+            there = api.get(kube.kind_of(obj), obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if there is not None and not reconciler.is_child_of(there, meta["name"], meta.get("uid", "")):
+                found.append(there)
+        return found
+
+    def _carry_out(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        meta = serving["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        for obj in decision.apply:
+            api.apply(obj)
+            log.info("applied %s", kube.describe(obj))
+        for old in decision.delete:
+            if api.delete_child(old, name, meta.get("uid", "")):
+                log.info("deleted %s", kube.describe(old))
+        if decision.status is not None:
+            api.patch_status(kube.DEEPSEEK_SERVING, namespace, name, decision.status)
+        for event in decision.events:
+            try:
+                api.emit_event(serving, event.type, event.reason, event.message)
+            except kube.ApiError as err:  # an event is a courtesy; never fail a pass for it
+                log.warning("could not record event %s on %s/%s: %s", event.reason, namespace, name, err)
+
+    def _remember(self, key: inventory.ServingKey, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        spec = serving.get("spec") or {}
+        label = (spec.get("placement") or {}).get("domainLabel", models.DEFAULT_DOMAIN_LABEL)
+        domains = frozenset(d for per in decision.placement.values() for d in per)
+        self.known[key] = _Known(label, domains, decision.unplaced)
+        if decision.free_nodes:
+            self.metrics.set_free_nodes(decision.free_nodes)
+        self._update_targets(key, serving)
+
+    def forget(self, key: inventory.ServingKey) -> None:
+        self.known.pop(key, None)
+        self.status_metrics.pop(key, None)
+        self.scraper.remove_serving(key.namespace, key.name)
+
+    def _api(self) -> kube.Api:
+        if self.api is None:
+            self.api = kube.Api(kube.connect(os.environ.get("KUBECONFIG") or None))
+        return self.api
+
+    # -- routing watch events to servings -------------------------------------------------------------------
+
+    def node_changed(self, name: str, summary: tuple[Any, ...] | None) -> None:
+        """A node appeared, vanished, or changed in a way placement cares about."""
+        before = self.nodes_seen.pop(name, None)
+        if summary is not None:
+            self.nodes_seen[name] = summary
+        if before == summary:
+            return
+        labels: dict[str, str] = {}
+        for seen in (before, summary):
+            if seen is not None:
+                labels.update(seen[0])
+        for key, known in self.known.items():
+            domain = labels.get(known.domain_label) or labels.get(inventory.HOSTNAME_LABEL)
+            if known.unplaced or domain in known.domains:
+                self.nudges.add(key)
+
+    def capacity_freed(self) -> None:
+        for key, known in self.known.items():
+            if known.unplaced:
+                self.nudges.add(key)
+
+    # -- telemetry ------------------------------------------------------------------------------------------
+
+    def _update_targets(self, key: inventory.ServingKey, serving: Mapping[str, Any]) -> None:
+        """Point the scraper at this serving's ready group leaders (vLLM's API port serves /metrics)."""
+        try:
+            parsed = models.DeepSeekServing.model_validate(dict(serving))
+        except ValueError:
+            return
+        if not parsed.spec.monitoring.scrape:
+            self.scraper.remove_serving(key.namespace, key.name)
+            return
+        targets = []
+        for pod in _store(self.indices, "gpu_pods"):
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            if (meta.get("namespace"), labels.get(reconciler.SERVING_LABEL)) != (key.namespace, key.name):
+                continue
+            if labels.get(LEADER_INDEX_LABEL) != "0" or not pod["status"].get("podIP") or not _ready(pod):
+                continue
+            role = labels.get(reconciler.ROLE_LABEL, "decode")
+            role_spec = parsed.spec.roles.prefill if role == "prefill" else parsed.spec.roles.decode
+            if role_spec is None:
+                continue
+            topology = models.role_topology(parsed.spec.gpu, role_spec)
+            node = self._node_labels(pod["spec"].get("nodeName"))
+            domain = node.get(parsed.spec.placement.domain_label) or pod["spec"].get("nodeName") or "unknown"
+            url = f"http://{pod['status']['podIP']}:{_api_port(pod)}"
+            targets.append(telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
+        reference = parsed.spec.parity.reference_tokens_per_second_per_gpu if parsed.spec.parity else None
+        try:
+            self.scraper.set_serving(
+                key.namespace,
+                key.name,
+                sorted(targets, key=lambda t: t.url),
+                pricing=parsed.spec.pricing,
+                parity_reference=reference,
+            )
+        except problems.InvalidSpec as err:
+            log.warning("telemetry for %s disabled: %s", key, err)
+
+    def _node_labels(self, name: object) -> Mapping[str, str]:
+        for node in _store(self.indices, "fleet_nodes"):
+            if node["metadata"]["name"] == name:
+                labels: Mapping[str, str] = node["metadata"].get("labels") or {}
+                return labels
+        return {}
+
+    async def write_status_metrics(self) -> None:
+        """Copy tokens/s and revenue into each serving's status, only when they changed (rate-limited)."""
+        api = self._api()
+        for key in list(self.known):
+            summary = self.scraper.summary(key.namespace, key.name)
+            fields = _status_metrics(summary)
+            if fields == self.status_metrics.get(key):
+                continue
+            try:
+                await asyncio.to_thread(api.patch_status, kube.DEEPSEEK_SERVING, key.namespace, key.name, fields)
+            except kube.ApiError as err:
+                if not err.not_found:
+                    log.warning("could not write telemetry status of %s: %s", key, err)
+                continue
+            self.status_metrics[key] = fields
+
+
+OPERATOR = Operator(Config.from_env())
+
+
+def configure(config: Config) -> None:
+    """Replace the settings before kopf starts (``nvlfleet run`` does this from its flags)."""
+    global OPERATOR
+    OPERATOR = Operator(config)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Start-up and background tasks
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+    op = OPERATOR
+    op.indices = {name: kwargs[name] for name in ("fleet_nodes", "gpu_pods") if name in kwargs}
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="nvlfleet.io", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "nvlfleet.io/finalizer"
+    settings.posting.level = logging.WARNING  # kopf's own events only for trouble; nvlfleet posts decisions
+    settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.commands.run
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    if op.config.webhook_port:
+        _configure_webhook(settings, op.config)
+    if op.config.metrics_port:
+        runner = await telemetry.start_exporter(op.metrics, host=op.config.bind_address, port=op.config.metrics_port)
+        op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
+    op.tasks.append(asyncio.create_task(_work_nudges(op), name="nudges"))
+    op.tasks.append(asyncio.create_task(op.scraper.run(op.config.scrape_seconds), name="scraper"))
+    op.tasks.append(asyncio.create_task(_every(op.config.status_metrics_seconds, op.write_status_metrics)))
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    for task in OPERATOR.tasks:
+        task.cancel()
+    await asyncio.gather(*OPERATOR.tasks, return_exceptions=True)
+    await OPERATOR.scraper.close()
+
+
+async def _hold(runner: Any) -> None:
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+async def _every(seconds: float, job: Any) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await job()
+        except Exception:
+            log.exception("periodic job failed")
+
+
+async def _work_nudges(op: Operator) -> None:
+    while True:
+        for key in await op.nudges.next_batch():
+            if not op.watched(key.namespace):
+                continue
+            try:
+                await op.reconcile(key)
+            except kube.ApiError as err:
+                log.warning("reconcile of %s failed, retrying in %.0fs: %s", key, op.config.retry_seconds, err)
+                op.nudges.add(key, op.config.retry_seconds)
+            except Exception:
+                log.exception("reconcile of %s failed, retrying in %.0fs", key, op.config.retry_seconds)
+                op.nudges.add(key, op.config.retry_seconds)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DeepSeekServing handlers
+
+
+def _watched(namespace: str | None, **_: Any) -> bool:
+    return OPERATOR.watched(namespace)
+
+
+@kopf.on.resume(*DSS, id="reconcile", when=_watched)
+@kopf.on.create(*DSS, id="reconcile", when=_watched)
+@kopf.on.update(*DSS, id="reconcile", when=_watched)
+async def reconcile_serving(namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile_or_retry(inventory.ServingKey(namespace or "default", name))
+
+
+@kopf.timer(*DSS, id="recheck", interval=OPERATOR.config.recheck_seconds, initial_delay=5, when=_watched)
+async def recheck(namespace: str | None, name: str, **_: Any) -> None:
+    """The periodic level check; writes nothing when the fleet matches the spec."""
+    await _reconcile_or_retry(inventory.ServingKey(namespace or "default", name))
+
+
+@kopf.on.delete(*DSS, id="forget", optional=True)
+async def forget_serving(namespace: str | None, name: str, **_: Any) -> None:
+    """Drop telemetry and routing state; the children go with garbage collection (owner references)."""
+    OPERATOR.forget(inventory.ServingKey(namespace or "default", name))
+
+
+async def _reconcile_or_retry(key: inventory.ServingKey) -> None:
+    try:
+        await OPERATOR.reconcile(key)
+    except kube.ApiError as err:
+        raise kopf.TemporaryError(f"API server refused a step: {err}", delay=OPERATOR.config.retry_seconds) from err
+
+
+@kopf.on.validate(*DSS, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"], ignore_failures=True)
+def admit_serving(
+    body: kopf.Body, old: Mapping[str, Any] | None = None, operation: str | None = None, **_: Any
+) -> None:
+    """Refuse a serving ``nvlfleet validate`` would refuse, naming each field path."""
+    if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
+        return
+    found = validation.validate(dict(body))
+    if found:
+        raise kopf.AdmissionError(problems.summary(found), code=422)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Nodes, GPU pods, LeaderWorkerSets: the indexes the planner reads, and the nudges they cause
+
+
+def _requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or []:
+            resources = container.get("resources") or {}
+            for kind in ("limits", "requests"):
+                if str((resources.get(kind) or {}).get(inventory.GPU_RESOURCE, "0")) not in ("0", ""):
+                    return True
+    return False
+
+
+@kopf.index("nodes")
+def fleet_nodes(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
+    return {None: _trim_node(body)}
+
+
+@kopf.index("pods", when=_requests_gpus)
+def gpu_pods(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
+    return {None: _trim_pod(body)}
+
+
+@kopf.on.event("nodes")
+def node_event(name: str, body: kopf.Body, type: str, **_: Any) -> None:
+    OPERATOR.node_changed(name, None if type == "DELETED" else _node_summary(body))
+
+
+@kopf.on.event("pods", when=_requests_gpus)
+def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, **_: Any) -> None:
+    serving = (body.get("metadata", {}).get("labels") or {}).get(reconciler.SERVING_LABEL)
+    if serving and namespace and OPERATOR.watched(namespace):
+        OPERATOR.nudges.add(inventory.ServingKey(namespace, serving))
+    if type == "DELETED" or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        OPERATOR.capacity_freed()
+
+
+@kopf.on.event(
+    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
+)
+def lws_event(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:
+    serving = labels.get(reconciler.SERVING_LABEL)
+    if serving and namespace and OPERATOR.watched(namespace):
+        OPERATOR.nudges.add(inventory.ServingKey(namespace, serving))
+    if type == "DELETED":
+        OPERATOR.capacity_freed()
+
+
+def _trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields inventory reads, so the index holds a few hundred bytes per node."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+        "spec": {"unschedulable": bool(spec.get("unschedulable", False)), "taints": list(spec.get("taints") or [])},
+        "status": {
+            "allocatable": dict(status.get("allocatable") or {}),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
+        },
+    }
+
+
+def _node_summary(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What placement depends on, without heartbeats: a change here is worth a re-plan."""
+    node = _trim_node(body)
+    return (
+        tuple(sorted(node["metadata"]["labels"].items())),
+        node["spec"]["unschedulable"],
+        tuple(sorted((t.get("key"), t.get("value"), t.get("effect")) for t in node["spec"]["taints"])),
+        str(node["status"]["allocatable"].get(inventory.GPU_RESOURCE, "0")),
+        tuple((c["type"], c["status"]) for c in node["status"]["conditions"]),
+    )
+
+
+def _trim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+
+    def containers(field: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": c.get("name"),
+                "resources": dict(c.get("resources") or {}),
+                "ports": list(c.get("ports") or []),
+                **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {}),
+            }
+            for c in spec.get(field) or []
+        ]
+
+    trimmed_meta = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "labels": dict(meta.get("labels") or {}),
+    }
+    if meta.get("deletionTimestamp"):
+        trimmed_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": trimmed_meta,
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": containers("containers"),
+            "initContainers": containers("initContainers"),
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "podIP": status.get("podIP"),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
+            "containerStatuses": [
+                {"name": c.get("name"), "state": {"waiting": (c.get("state") or {}).get("waiting")}}
+                for c in status.get("containerStatuses") or []
+                if (c.get("state") or {}).get("waiting")
+            ],
+        },
+    }
+
+
+def _store(indices: Mapping[str, Any], name: str) -> Iterable[dict[str, Any]]:
+    index = indices.get(name)
+    if index is None or None not in index:
+        return ()
+    store: Iterable[dict[str, Any]] = index[None]
+    return store
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def _api_port(pod: Mapping[str, Any]) -> int:
+    """The vLLM API server's port on a leader: its container port named http, else its first port, else 8000."""
+    ports = [p for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []]
+    for port in ports:
+        if port.get("name") == "http":
+            return int(port["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else 8000
+
+
+def _status_metrics(summary: telemetry.GroupTelemetry | None) -> dict[str, Any]:
+    """The status telemetry fields; a figure that cannot be computed is null (removed), never 0."""
+    figures = summary.figures if summary is not None else None
+    tokens = summary.tokens_per_second if summary is not None else None
+    revenue = summary.revenue_per_hour if summary is not None else None
+
+    def r(value: float | None) -> float | None:
+        return None if value is None else float(f"{value:.4g}")
+
+    measured = summary.measured_at if summary is not None else None
+    return {
+        "tokensPerSecond": r(tokens.total if tokens else None),
+        "tokensPerSecondPerGpu": r(figures.tokens_per_second_per_gpu if figures else None),
+        "revenuePerHour": r(revenue),
+        "revenuePerGpuHour": r(figures.revenue_per_gpu_hour if figures else None),
+        "parity": r(figures.parity if figures else None),
+        "currency": figures.currency if figures else None,
+        "metricsTime": (
+            datetime.datetime.fromtimestamp(measured, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if measured is not None
+            else None
+        ),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The admission webhook server
+
+
+def _configure_webhook(settings: kopf.OperatorSettings, config: Config) -> None:
+    """With a certificate directory (the chart's Secret), serve with it; the chart owns the configuration.
+    Without one (a local cluster), make a CA and a serving certificate for ``webhook_host`` and let kopf keep a
+    ValidatingWebhookConfiguration ``nvlfleet.io`` pointing at this process (removed again on exit)."""
+    if config.webhook_cert_dir:
+        certs = pathlib.Path(config.webhook_cert_dir)
+        ca = certs / "ca.crt"
+        settings.admission.server = kopf.WebhookServer(
+            addr=config.bind_address,
+            port=config.webhook_port,
+            certfile=str(certs / "tls.crt"),
+            pkeyfile=str(certs / "tls.key"),
+            cafile=str(ca) if ca.exists() else None,
+        )
+        return
+    certs = pathlib.Path(tempfile.mkdtemp(prefix="nvlfleet-webhook-"))
+    _self_signed(certs, config.webhook_host)
+    settings.admission.server = kopf.WebhookServer(
+        addr=config.webhook_host,
+        port=config.webhook_port,
+        host=config.webhook_host,
+        certfile=str(certs / "tls.crt"),
+        pkeyfile=str(certs / "tls.key"),
+        cafile=str(certs / "ca.crt"),
+    )
+    settings.admission.managed = "nvlfleet.io"
+
+
+def _self_signed(directory: pathlib.Path, host: str) -> None:
+    """A throw-away CA and a serving certificate for ``host`` (an IP or a DNS name), made with openssl."""
+    san = f"IP:{host}" if host.replace(".", "").isdigit() or ":" in host else f"DNS:{host}"
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    d = str(directory)
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{d}/ca.key")
+    openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        f"{d}/ca.key",
+        "-subj",
+        "/CN=nvlfleet-webhook-ca",
+        "-days",
+        "365",
+        "-out",
+        f"{d}/ca.crt",
+    )
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{d}/tls.key")
+    openssl("req", "-new", "-key", f"{d}/tls.key", "-subj", f"/CN={host}", "-out", f"{d}/tls.csr")
+    (directory / "ext.cnf").write_text(
+        f"subjectAltName={san}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{d}/tls.csr",
+        "-CA",
+        f"{d}/ca.crt",
+        "-CAkey",
+        f"{d}/ca.key",
+        "-CAcreateserial",
+        "-days",
+        "365",
+        "-extfile",
+        f"{d}/ext.cnf",
+        "-out",
+        f"{d}/tls.crt",
+    )
