@@ -237,7 +237,7 @@ _UNKNOWN = -1  # requirement class of a held placement: unknown, so it competes 
 class _Slot:
     """One domain's running totals; mutated in place so planning never copies."""
 
-    __slots__ = ("free", "free_for", "key", "label", "need", "needs", "nodes", "released", "schedulable")
+    __slots__ = ("free", "free_for", "key", "label", "limit", "need", "needs", "nodes", "released", "schedulable")
 
     def __init__(self, key: str, label: str) -> None:
         self.key = key
@@ -249,6 +249,14 @@ class _Slot:
         self.released = 0  # nodes held by pods of groups the plan removes (free once they are gone)
         self.needs: dict[int, int] = {}  # nodes placed groups still need from the free ones, per class
         self.need = 0  # sum of needs
+        self.limit = 0  # the most nodes placed groups may need here: free nodes of the most restricted class
+
+    def update_limit(self) -> None:
+        limit = self.free
+        for cls, need in self.needs.items():
+            if need > 0 and cls != _UNKNOWN:
+                limit = min(limit, self.free_for.get(cls, 0))
+        self.limit = limit
 
 
 @dataclasses.dataclass
@@ -270,20 +278,25 @@ class _Book:
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
-        for scope in ("clique", "node"):
+        self.domains: dict[inventory.Scope, tuple[inventory.Domain, ...]] = {
+            "clique": inv.domains("clique"),
+            "node": inv.domains("node"),
+        }
+        for scope, domains in self.domains.items():
             keys = self.scope_keys.setdefault(scope, [])
             bound = self.bound.setdefault(scope, {})
-            for domain in inv.domains(scope):
+            for domain in domains:
                 keys.append(domain.key)
                 slot = self.slots[domain.key] = _Slot(domain.key, domain.label)
                 for node in domain.nodes:
                     slot.nodes += 1
                     if node.schedulable:
                         slot.schedulable += 1
-                        slot.free += not node.busy
+                        slot.free += not node.pods
                         for owner in {p.owner for p in node.pods if p.owner is not None}:
                             held = bound.setdefault(owner, {})
                             held[domain.key] = held.get(domain.key, 0) + 1
+                slot.limit = slot.free
 
     # -- capacity ------------------------------------------------------------------------------------------
 
@@ -292,7 +305,7 @@ class _Book:
         cls = self.classes.get(req)
         if cls is None:
             cls = self.classes[req] = len(self.classes)
-            for domain in self.inv.domains(req.scope):
+            for domain in self.domains[req.scope]:
                 self.slots[domain.key].free_for[cls] = sum(
                     1
                     for n in domain.nodes
@@ -301,20 +314,13 @@ class _Book:
         return cls
 
     @staticmethod
-    def limit(slot: _Slot, cls: int) -> int:
-        """Most nodes groups may need in ``slot`` if class ``cls`` joins the classes with needs there."""
-        limit = slot.free if cls == _UNKNOWN else slot.free_for.get(cls, 0)
-        for other, need in slot.needs.items():
-            if need > 0 and other != _UNKNOWN:
-                limit = min(limit, slot.free_for.get(other, 0))
-        return limit
-
-    def capacity(self, slot: _Slot, cls: int) -> int:
+    def capacity(slot: _Slot, cls: int) -> int:
         """Free nodes in ``slot`` that new groups of class ``cls`` can still claim (negative when short)."""
-        return self.limit(slot, cls) - slot.need
+        return min(slot.limit, slot.free_for.get(cls, 0)) - slot.need
 
-    def short(self, slot: _Slot) -> int:
-        return max(0, slot.need - self.limit(slot, _UNKNOWN))
+    @staticmethod
+    def short(slot: _Slot) -> int:
+        return max(0, slot.need - slot.limit)
 
     # -- groups ---------------------------------------------------------------------------------------------
 
@@ -349,6 +355,7 @@ class _Book:
         change = max(0, new_need - bound) - max(0, old_need - bound)
         slot.needs[owner.cls] = slot.needs.get(owner.cls, 0) + change
         slot.need += change
+        slot.update_limit()
         slot.released += max(0, bound - new_need) - max(0, bound - old_need)
         if groups:
             owner.groups[domain] = groups
@@ -389,15 +396,17 @@ class _Book:
         mine = self.serving_groups[d.serving]
         slots = [self.slots[k] for k in self.scope_keys[d.requirements.scope]]
         while missing > 0:
-            best: tuple[int, int, str] | None = None
-            best_slot, best_cap = None, 0
+            # The hot loop of the planner: capacity() and the rank (near first, then fewest left, then key:
+            # slots are in key order and only a strictly better rank replaces the best) are inlined.
+            best_slot, best_cap, best_near, best_left = None, 0, 2, 0
             for slot in slots:
-                cap = self.capacity(slot, cls)
+                free = slot.free_for.get(cls, 0)
+                cap = (free if free < slot.limit else slot.limit) - slot.need
                 if cap < npg:
                     continue
-                rank = (0 if mine.get(slot.key, 0) > 0 else 1, cap - npg, slot.key)
-                if best is None or rank < best:
-                    best, best_slot, best_cap = rank, slot, cap
+                near = 0 if mine.get(slot.key, 0) > 0 else 1
+                if near < best_near or (near == best_near and cap - npg < best_left):
+                    best_slot, best_cap, best_near, best_left = slot, cap, near, cap - npg
             if best_slot is None:
                 return
             take = min(missing, best_cap // npg)
@@ -410,7 +419,9 @@ class _Book:
         mine = self.serving_groups[d.serving]
         heap: list[tuple[int, int, int, str]] = []
         for key in self.scope_keys[d.requirements.scope]:
-            cap = self.capacity(self.slots[key], cls)
+            slot = self.slots[key]
+            free = slot.free_for.get(cls, 0)
+            cap = (free if free < slot.limit else slot.limit) - slot.need  # capacity(), inlined: hot loop
             if cap >= npg:
                 heap.append((owner.groups.get(key, 0), mine.get(key, 0), cap - npg, key))
         heapq.heapify(heap)
@@ -439,7 +450,7 @@ class _Book:
                 out.append(
                     f"{d.role}: {_n(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
                     f"wait for nodes: groups placed there still need {_n(slot.need, 'free node')} "
-                    f"but it has {self.limit(slot, _UNKNOWN)} they can use"
+                    f"but it has {slot.limit} they can use"
                 )
         return out
 
