@@ -53,6 +53,10 @@ test: lint unit integration ## everything CI runs: lint, types, unit and integra
 crd: setup ## regenerate crds/ (and the chart's copy) from the models
 	$(VENV)/bin/nvlfleet crd > crds/nvlfleet.io_deepseekservings.yaml
 
+.PHONY: golden
+golden: setup ## regenerate tests/unit/golden (rendered manifests of the examples); review the diff
+	$(PY) tests/unit/golden_cases.py
+
 .PHONY: cluster-up
 cluster-up: setup ## build (or reuse) the binaries and start the local cluster; prints KUBECONFIG=...
 	@$(PY) -m localcluster up
