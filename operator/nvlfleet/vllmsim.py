@@ -166,8 +166,12 @@ _HISTOGRAMS: dict[str, tuple[str | list[float], float]] = {
 
 _PER_TOKEN = ("vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total")
 
-# A sample's value as a function of time; engines with equal values share one function object.
-Value = Callable[[float], float]
+# A sample's value as a function of the endpoint and the time; engines with equal values share one function.
+Value = Callable[["Endpoint", float], float]
+
+# Compiled exposition templates, shared by endpoints that expose the same structure (see ``exposition``):
+# (load, engines, model name, multiprocess, sample-name filter) -> (text before each value, value function).
+_TEMPLATES: dict[tuple[Any, ...], tuple[list[str], list[Value]]] = {}
 
 
 def _cdf(x: float, median: float) -> float:
@@ -207,7 +211,6 @@ class Endpoint:
         self.scrapes = 0
         self._site: web.BaseSite | None = None
         self._restore_task: asyncio.Task[None] | None = None
-        self._templates: dict[frozenset[str], tuple[list[str], list[Value]]] = {}
         self._reset(clock())
 
     # -- ground truth and state ---------------------------------------------------------------------------
@@ -249,7 +252,6 @@ class Endpoint:
     def set_load(self, load: Load) -> None:
         self._fold(self._clock())
         self._load = load
-        self._templates = {}  # label shares and the spec-decode families depend on the load
 
     def restart(self) -> None:
         """The server restarted: counters start again from zero, ``_created`` moves to now."""
@@ -268,28 +270,30 @@ class Endpoint:
         A leader with 8 engines exposes ~2,600 lines; rendering them through prometheus-client on every scrape
         would cost a thousand simulated leaders two cores. So the text is rendered once by prometheus-client
         with each sample's value replaced by its index, cut into a template, and refilled per scrape with the
-        few hundred distinct values (engines share them). ``test_vllmsim`` checks the two are identical.
+        few hundred distinct values (engines share them). Endpoints with the same load and shape share the
+        template, so a thousand of them compile it once. ``test_vllmsim`` checks the two texts are identical.
 
         ``names`` restricts the output to those sample names, like prometheus-client's ``?name[]=`` filter.
         """
         now = self._clock() if now is None else now
         wanted = frozenset(names)
-        template = self._templates.get(wanted)
+        key = (self._load, self.engines, self.model_name, self.multiprocess, wanted)
+        template = _TEMPLATES.get(key)
         if template is None:
-            template = self._templates[wanted] = self._compile(wanted)
+            template = _TEMPLATES[key] = self._compile(wanted)
         statics, fns = template
         formatted: dict[Value, str] = {}
         parts: list[str] = []
         for static, fn in zip(statics, fns, strict=True):
             text = formatted.get(fn)
             if text is None:
-                text = formatted[fn] = _float(fn(now))
+                text = formatted[fn] = _float(fn(self, now))
             parts += (static, text, "\n")
         return "".join(parts).encode()
 
     def reference_exposition(self, now: float, names: Iterable[str] = ()) -> bytes:
         """``/metrics`` at ``now`` rendered by prometheus-client itself (slow; the yardstick for tests)."""
-        return _render(self.families(lambda fn: fn(now)), frozenset(names))
+        return _render(self.families(lambda fn: fn(self, now)), frozenset(names))
 
     def _compile(self, names: frozenset[str]) -> tuple[list[str], list[Value]]:
         fns: list[Value] = []
@@ -318,7 +322,7 @@ class Endpoint:
         shares = _label_shares(self._load)
         engines = [str(e) for e in range(self.engines)]
         speculating = self._load.speculative_tokens > 0
-        created: Value = lambda now: self._created  # noqa: E731 -- one shared fn: one formatted value
+        created: Value = lambda ep, now: ep.created  # noqa: E731 -- one shared fn: one formatted value
         out: list[metrics_core.Metric] = []
         for fact in facts["metrics"]["vllm_metrics"]:
             name: str = fact["family"]
@@ -356,7 +360,7 @@ class Endpoint:
     def _series_value(self, name: str, kind: str, share: float) -> Value:
         if kind == "counter":
             family = "requests" if name == "vllm:request_success" else _RATE_OF.get(name, name)
-            return lambda now: self.counter(family, now) * share
+            return lambda ep, now: ep.counter(family, now) * share
         load = self._load
         gauge = {
             "vllm:num_requests_running": load.running_requests,
@@ -366,7 +370,7 @@ class Endpoint:
             "vllm:kv_cache_usage_perc": load.kv_cache_usage * self.engines,
             "vllm:engine_sleep_state": float(self.engines),  # awake = 1 on every engine
         }.get(name, 0.0)
-        return lambda now: gauge * share
+        return lambda ep, now: gauge * share
 
     def _extra_values(self, name: str, extra: list[str], values: dict[str, Any]) -> list[str]:
         if not extra:
@@ -394,15 +398,15 @@ class Endpoint:
         per_step = max(self._load.running_requests / len(engines), 1.0) if name == "vllm:iteration_tokens_total" else 1
         divisor = len(engines) * per_step
 
-        def count(now: float) -> float:
-            return float(math.floor(self.counter(source, now) / divisor))
+        def count(ep: Endpoint, now: float) -> float:
+            return float(math.floor(ep.counter(source, now) / divisor))
 
         def bucket(bound: float) -> Value:
             fraction = _cdf(bound, median)
-            return lambda now: float(math.floor(count(now) * fraction))
+            return lambda ep, now: float(math.floor(count(ep, now) * fraction))
 
         buckets = [(_float(b), bucket(b)) for b in bounds]
-        total: Value = lambda now: count(now) * median  # noqa: E731
+        total: Value = lambda ep, now: count(ep, now) * median  # noqa: E731
         family = metrics_core.HistogramMetricFamily(name, fact["documentation"], labels=fact["labels"])
         for engine in engines:
             family.add_metric(
