@@ -39,11 +39,11 @@ fmt: setup ## format the code
 	$(VENV)/bin/ruff check --fix operator tests bench cluster
 
 .PHONY: unit
-unit: setup ## unit tests of the pure core and CLI (no cluster)
+unit: setup prometheus ## unit tests of the pure core and CLI (no cluster)
 	$(PY) -m pytest -q tests/unit
 
 .PHONY: integration
-integration: setup cluster-up ## integration tests against the local real cluster
+integration: setup prometheus cluster-up ## integration tests against the local real cluster
 	$(PY) -m pytest -q -m integration tests/integration
 
 .PHONY: test
@@ -52,6 +52,23 @@ test: lint unit integration ## everything CI runs: lint, types, unit and integra
 .PHONY: crd
 crd: setup ## regenerate crds/ (and the chart's copy) from the models
 	$(VENV)/bin/nvlfleet crd > crds/nvlfleet.io_deepseekservings.yaml
+	cp crds/nvlfleet.io_deepseekservings.yaml charts/nvlfleet/crds/nvlfleet.io_deepseekservings.yaml
+
+.PHONY: generated
+generated: crd ## regenerate every generated file: the CRD (crds/ + chart), Grafana dashboards, Prometheus alerts
+	$(VENV)/bin/nvlfleet dashboards --out charts/nvlfleet
+
+.PHONY: prometheus
+prometheus: setup ## Prometheus + promtool from Debian's package, unpacked into the cache (no service installed)
+	@$(PY) -m localprometheus install
+
+.PHONY: lock
+lock: ## re-pin requirements/runtime.lock (the operator image's dependencies) from pyproject.toml
+	@rm -rf .lock-venv && python3 -m venv .lock-venv && .lock-venv/bin/pip install --quiet --upgrade pip
+	@.lock-venv/bin/pip install --quiet .
+	@{ sed -n '1,/^[^#]/{/^#/p}' requirements/runtime.lock; .lock-venv/bin/pip freeze --exclude nvlfleet; } > requirements/runtime.lock.new
+	@mv requirements/runtime.lock.new requirements/runtime.lock && rm -rf .lock-venv
+	@git diff --stat requirements/runtime.lock || true
 
 .PHONY: golden
 golden: setup ## regenerate tests/unit/golden (rendered manifests of the examples); review the diff

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "plan": "show where each serving's groups would go and what is left per NVLink domain",
     "economics": "tokens/s, speculative yield and revenue per GPU-hour from two saved vLLM /metrics scrapes",
     "simulate": "run simulated vLLM 0.33 endpoints (/metrics, /health, /v1/models) for demos and tests",
+    "dashboards": "write the generated Grafana dashboards and Prometheus alerts into the Helm chart",
 }
 
 

@@ -1,0 +1,174 @@
+"""nvlfleet's Prometheus alerts, as code: the one source of charts/nvlfleet/files/nvlfleet.rules.yaml.
+
+Where it sits: next to ``dashboards``, at the end of the telemetry flow — operator gauges (``telemetry``) →
+Prometheus → **these rules** → Alertmanager. ``make generated`` writes the rule file; the Helm chart wraps it in a
+PrometheusRule (with kube-prometheus-stack's knobs: disable by name, extra labels/annotations, runbook links),
+and ``promtool check rules`` / ``promtool test rules`` run on the very same file in the tests.
+
+What each alert is for, and why its expression looks the way it does:
+
+- *Parity below target*: tokens/s per GPU under ``PARITY_TARGET`` of the serving's own reference (spec.parity)
+  for a sustained period — a kernel, profile or placement regression, not a traffic dip (parity is per GPU).
+- *Revenue per GPU-hour drop*: compared with the preceding hours *at base price*. Dividing by the time-of-day
+  price multiplier first keeps an off-peak discount window from looking like a collapse.
+- *Serving not Ready* / *group unplaceable*: the reconciler's status, exported as gauges, so they reach someone
+  who is not watching ``kubectl get``.
+- *Scrape failures* and *reconcile errors*: the operator cannot see (or cannot act on) a serving; its numbers
+  and status go stale while this lasts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import yaml
+
+from nvlfleet import dashboards
+
+# Metric names shared with the dashboards (one list, checked against telemetry by the tests), plus the two status
+# gauges the reconciler exports.
+SERVING_CONDITION = "nvlfleet_serving_condition"  # {namespace, serving, condition} 1 = True
+GROUPS = "nvlfleet_groups"  # {namespace, serving, role, state=desired|placed|ready}
+
+PARITY_TARGET = 0.9
+REVENUE_DROP_RATIO = 0.7  # fire below 70 % of the preceding hours' base-price revenue per GPU-hour
+GROUP_NAME = "nvlfleet"
+RULE_FILE = pathlib.Path("files") / "nvlfleet.rules.yaml"
+
+_SERVING = "{{ $labels.namespace }}/{{ $labels.serving }}"
+_GROUP = _SERVING + " {{ $labels.role }} in NVLink domain {{ $labels.domain }}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str  # critical | warning | info
+    summary: str
+    description: str
+
+    def rule(self) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "description": self.description},
+        }
+
+
+def _base_price_revenue_per_gpu_hour(window: str, offset: str = "") -> str:
+    """Revenue per GPU-hour with the time-of-day multiplier divided out, averaged over ``window``."""
+    at = f" offset {offset}" if offset else ""
+    ratio = f"{dashboards.REVENUE_PER_GPU_HOUR} / ignoring(currency) group_left {dashboards.PRICE_MULTIPLIER}"
+    return f"avg_over_time(({ratio})[{window}:1m]{at})"
+
+
+def all_alerts() -> list[Alert]:
+    return [
+        Alert(
+            name="NvlfleetParityBelowTarget",
+            expr=f"{dashboards.PARITY_RATIO} < {PARITY_TARGET}",
+            for_="30m",
+            severity="warning",
+            summary=f"{_GROUP} delivers {{{{ $value | humanizePercentage }}}} of its reference tokens/s per GPU.",
+            description=(
+                f"Tokens/s per GPU have stayed below {PARITY_TARGET:.0%} of spec.parity.referenceTokensPerSecondPerGpu "
+                "for 30 minutes. Parity is per GPU, so this is not a traffic dip: compare the rendered vLLM flags "
+                "and the tuning profile with the reference run, and check the speculative acceptance rate."
+            ),
+        ),
+        Alert(
+            name="NvlfleetRevenuePerGpuHourDrop",
+            expr=(
+                f"{_base_price_revenue_per_gpu_hour('30m')}\n"
+                f"  < {REVENUE_DROP_RATIO} * {_base_price_revenue_per_gpu_hour('6h', offset='30m')}"
+            ),
+            for_="15m",
+            severity="warning",
+            summary=f"Revenue per GPU-hour of {_GROUP} fell below {REVENUE_DROP_RATIO:.0%} of the preceding 6 hours.",
+            description=(
+                "Measured at base price (the time-of-day multiplier divided out), so a discount window does not "
+                "trigger it. Either fewer tokens per GPU (load, cache hit rate, a slow group) or a shift towards "
+                "cheaper tokens (more cache hits, less output)."
+            ),
+        ),
+        Alert(
+            name="NvlfleetServingNotReady",
+            expr=f'{SERVING_CONDITION}{{condition="Ready"}} == 0',
+            for_="45m",
+            severity="critical",
+            summary=f"DeepSeekServing {_SERVING} has not been Ready for 45 minutes.",
+            description=(
+                "Longer than loading the weights of a 72-GPU group takes. "
+                "`kubectl describe deepseekserving -n {{ $labels.namespace }} {{ $labels.serving }}` shows the "
+                "conditions and events; the LeaderWorkerSets' pods show why a group does not start."
+            ),
+        ),
+        Alert(
+            name="NvlfleetGroupUnplaceable",
+            expr=(
+                f'sum by (namespace, serving, role) ({GROUPS}{{state="desired"}})\n'
+                f'  - sum by (namespace, serving, role) ({GROUPS}{{state="placed"}}) > 0'
+            ),
+            for_="10m",
+            severity="warning",
+            summary=f"{{{{ $value }}}} {{{{ $labels.role }}}} group(s) of {_SERVING} fit in no NVLink domain.",
+            description=(
+                "No NVLink domain has enough free nodes for a whole group, and groups never span domains. "
+                "The serving's Placed condition names the largest free block; free nodes (drain, repair) or "
+                "shrink the group (spec.roles.*.parallelism)."
+            ),
+        ),
+        Alert(
+            name="NvlfleetTelemetryScrapeFailing",
+            expr=(f"sum by (namespace, serving, reason) (rate({dashboards.SCRAPE_ERRORS_TOTAL}[5m])) > 0"),
+            for_="15m",
+            severity="warning",
+            summary=f"The operator cannot scrape vLLM leaders of {_SERVING} ({{{{ $labels.reason }}}}).",
+            description=(
+                "Throughput, revenue and parity of the affected groups are missing (never zero-filled) while "
+                "this lasts. Reasons: timeout, connection, http_status, too_large, parse, missing_metrics, "
+                "invalid_value, internal."
+            ),
+        ),
+        Alert(
+            name="NvlfleetReconcileErrors",
+            expr=(f"sum by (namespace, serving, reason) (rate({dashboards.RECONCILE_ERRORS_TOTAL}[10m])) > 0"),
+            for_="15m",
+            severity="warning",
+            summary=f"Reconciling {_SERVING} keeps failing ({{{{ $labels.reason }}}}).",
+            description="The operator retries with backoff; its log and the serving's events say what fails.",
+        ),
+    ]
+
+
+def rule_file() -> dict[str, Any]:
+    return {"groups": [{"name": GROUP_NAME, "rules": [a.rule() for a in all_alerts()]}]}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line expressions as literal blocks, long lines unfolded: the file reads like a hand-written one."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def render() -> str:
+    header = "# Generated by `make generated` from operator/nvlfleet/alerts.py — edit that, not this file.\n"
+    body = yaml.dump(rule_file(), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
+    return header + body
+
+
+def write(chart_dir: pathlib.Path) -> pathlib.Path:
+    path = chart_dir / RULE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(), encoding="utf-8")
+    return path

@@ -1,0 +1,585 @@
+"""nvlfleet's Grafana dashboards, as code: the one source of charts/nvlfleet/dashboards/*.json.
+
+Where it sits: the operator exports ``nvlfleet_*`` gauges (``telemetry``) and the vLLM pods expose ``vllm:*``
+metrics (scraped through the PodMonitors the operator renders) → Prometheus → **these dashboards**, shipped
+by the Helm chart as ConfigMaps for the Grafana dashboard sidecar. ``make generated`` (``nvlfleet dashboards
+--out charts/nvlfleet``) writes the JSON; a unit test fails when the committed files differ from this code.
+
+Three dashboards:
+
+- *nvlfleet / Fleet*: tokens/s, tokens/s per GPU, revenue per GPU-hour, parity, GPUs per NVLink domain, free
+  nodes per rack — filtered by namespace and serving (multi-select).
+- *nvlfleet / Serving*: one serving — prompt vs generation, cached share, speculative acceptance, streaming
+  tokens/s per request, revenue, and vLLM's own TTFT / inter-token latency / KV-cache use / queue.
+- *nvlfleet / Operator*: reconcile rate, errors and latency, planner latency, scrape health.
+
+Conventions the queries keep:
+
+- Every query filters with ``=~"$var"`` (Grafana renders a multi-value or "All" selection as a regex), reads
+  the data source from ``${datasource}``, and rates over ``$__rate_interval``. ``promql_expressions`` lists every
+  query with its variables, so tests substitute them and evaluate each query on a real Prometheus.
+- Sums never mix currencies: anything in money is grouped by ``currency``.
+- Totals over roles use *billed* tokens. With prefill/decode disaggregation, decode's ``prompt`` counter repeats
+  the prompts prefill already computed, so ``nvlfleet_tokens_per_second{kind="prompt"}`` must not be summed
+  across roles; ``tokens_per_second_per_gpu`` is billed per role, and × reporting GPUs (GPUs × coverage) it
+  adds up correctly.
+- Metric names come from one place each: ``nvlfleet_*`` from the constants below, which a unit test checks
+  against what ``telemetry`` really exports; ``vllm:*`` from the pinned vLLM metric facts, checked at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import json
+import pathlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metric names. nvlfleet_*: exported by nvlfleet.telemetry (tests/unit/test_dashboards.py proves each one is).
+
+TOKENS_PER_SECOND = "nvlfleet_tokens_per_second"  # {kind=prompt|prompt_cached|generation}
+TOKENS_PER_SECOND_PER_GPU = "nvlfleet_tokens_per_second_per_gpu"
+SPEC_ACCEPTANCE_RATE = "nvlfleet_spec_decode_acceptance_rate"
+SPEC_MEAN_ACCEPTED_LENGTH = "nvlfleet_spec_decode_mean_accepted_length"
+STREAMING_TPS_PER_REQUEST = "nvlfleet_streaming_tokens_per_second_per_request"
+REVENUE_PER_HOUR = "nvlfleet_revenue_per_hour"  # {currency}
+REVENUE_PER_GPU_HOUR = "nvlfleet_revenue_per_gpu_hour"  # {currency}
+COST_PER_GPU_HOUR = "nvlfleet_cost_per_gpu_hour"  # {currency}
+MARGIN_PER_GPU_HOUR = "nvlfleet_margin_per_gpu_hour"  # {currency}
+PRICE_MULTIPLIER = "nvlfleet_price_multiplier"
+PARITY_RATIO = "nvlfleet_parity_ratio"
+GPUS = "nvlfleet_gpus"
+COVERAGE = "nvlfleet_telemetry_coverage_ratio"
+DOMAIN_FREE_NODES = "nvlfleet_domain_free_nodes"  # {domain}
+RECONCILE_TOTAL = "nvlfleet_reconcile_total"
+RECONCILE_ERRORS_TOTAL = "nvlfleet_reconcile_errors_total"  # {reason}
+RECONCILE_DURATION = "nvlfleet_reconcile_duration_seconds"  # histogram
+PLANNER_DURATION = "nvlfleet_planner_duration_seconds"  # histogram
+SCRAPE_ERRORS_TOTAL = "nvlfleet_scrape_errors_total"  # {reason}
+SCRAPE_DURATION = "nvlfleet_scrape_duration_seconds"  # histogram
+SCRAPE_TARGETS = "nvlfleet_scrape_targets"  # {state=up|pending|down}
+
+# The labels every per-group nvlfleet series carries, in the order the operator exports them.
+GROUP_LABELS = ("namespace", "serving", "role", "domain")
+_ON_GROUP = "on(" + ", ".join(GROUP_LABELS) + ")"
+
+VLLM_VERSION = "0.33.0"
+
+
+@functools.cache
+def _vllm_samples() -> frozenset[str]:
+    """Every sample name vLLM exposes in the pinned version (histograms with their _bucket/_sum/_count)."""
+    resource = importlib.resources.files("nvlfleet") / "data" / f"vllm-{VLLM_VERSION}" / "metrics.json"
+    facts = json.loads(resource.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for metric in facts["metrics"]["vllm_metrics"]:
+        if metric["type"] == "histogram":
+            names.update(f"{metric['family']}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        else:
+            names.add(metric["exposed_as"])
+    return frozenset(names)
+
+
+def vllm(sample: str) -> str:
+    """A vLLM sample name, refused unless the pinned vLLM version exposes it."""
+    if sample not in _vllm_samples():
+        raise KeyError(f"vLLM {VLLM_VERSION} exposes no sample {sample!r}")
+    return sample
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A small model of a Grafana dashboard (schema 39, Grafana 10.4+/11), just what these dashboards use.
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SCHEMA_VERSION = 39
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = "__auto"
+    instant: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """A panel; ``width`` is in Grafana's 24-column grid, rows wrap automatically."""
+
+    title: str
+    queries: Sequence[Query]
+    kind: str = "timeseries"  # timeseries | stat | bargauge | table
+    unit: str = "short"
+    description: str = ""
+    width: int = 8
+    height: int = 8
+    stacked: bool = False
+    decimals: int | None = None
+    min: float | None = None
+    max: float | None = None
+    thresholds: Sequence[tuple[float | None, str]] = ((None, "green"),)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    title: str
+    panels: Sequence[Panel]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """A query variable over label values; ``multi`` selections render as a regex (hence ``=~`` everywhere)."""
+
+    name: str
+    label: str
+    query: str  # label_values(...)
+    multi: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    variables: Sequence[Variable]
+    rows: Sequence[Row]
+    file_name: str
+
+
+def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "unit": panel.unit,
+        "thresholds": {
+            "mode": "absolute",
+            "steps": [{"color": color, "value": value} for value, color in panel.thresholds],
+        },
+        "color": {"mode": "thresholds" if panel.kind in ("stat", "bargauge") else "palette-classic"},
+    }
+    for key in ("decimals", "min", "max"):
+        if getattr(panel, key) is not None:
+            defaults[key] = getattr(panel, key)
+    if panel.kind == "timeseries":
+        defaults["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 25 if panel.stacked else 10,
+            "showPoints": "never",
+            "spanNulls": False,  # a gap is a gap: no number beats a wrong number
+            "stacking": {"mode": "normal" if panel.stacked else "none", "group": "A"},
+        }
+    options: dict[str, Any] = {}
+    if panel.kind == "timeseries":
+        options = {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "mean", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    elif panel.kind == "stat":
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        }
+    elif panel.kind == "bargauge":
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+            "displayMode": "gradient",
+            "showUnfilled": True,
+        }
+    elif panel.kind == "table":
+        options = {"showHeader": True, "cellHeight": "sm"}
+    body: dict[str, Any] = {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": [
+            {
+                "datasource": DATASOURCE,
+                "refId": chr(ord("A") + i),
+                "expr": q.expr,
+                "legendFormat": q.legend,
+                "range": not q.instant,
+                "instant": q.instant,
+            }
+            for i, q in enumerate(panel.queries)
+        ],
+    }
+    if panel.kind == "table":
+        body["transformations"] = [{"id": "merge", "options": {}}, {"id": "organize", "options": {}}]
+        for target in body["targets"]:
+            target["format"] = "table"
+    return body
+
+
+def _variable_json(variable: Variable) -> dict[str, Any]:
+    return {
+        "name": variable.name,
+        "label": variable.label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": variable.query, "refId": f"{variable.name}-values"},
+        "definition": variable.query,
+        "refresh": 2,  # on time-range change: new servings appear without reloading the dashboard
+        "sort": 1,
+        "multi": variable.multi,
+        "includeAll": variable.multi,
+        "allValue": ".*" if variable.multi else None,
+        "current": {},
+        "hide": 0,
+        "options": [],
+    }
+
+
+def to_json(dashboard: Dashboard) -> dict[str, Any]:
+    """The Grafana JSON model of ``dashboard`` (deterministic: same code, same bytes)."""
+    panels: list[dict[str, Any]] = []
+    panel_id, y = 1, 0
+    for row in dashboard.rows:
+        panels.append(
+            {"id": panel_id, "type": "row", "title": row.title, "collapsed": False, "panels": [],
+             "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}}
+        )  # fmt: skip
+        panel_id, y = panel_id + 1, y + 1
+        x, row_height = 0, 0
+        for panel in row.panels:
+            if x + panel.width > 24:
+                x, y, row_height = 0, y + row_height, 0
+            panels.append(_panel_json(panel, panel_id, x, y))
+            panel_id, x, row_height = panel_id + 1, x + panel.width, max(row_height, panel.height)
+        y += row_height
+    datasource_variable = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+    }
+    return {
+        "uid": dashboard.uid,
+        "title": dashboard.title,
+        "description": dashboard.description,
+        "tags": ["nvlfleet"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timezone": "utc",  # price windows are UTC
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": ["nvlfleet"],
+                "asDropdown": True,
+                "title": "nvlfleet",
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
+        "annotations": {"list": []},
+        "templating": {"list": [datasource_variable, *(_variable_json(v) for v in dashboard.variables)]},
+        "panels": panels,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PromQL building blocks
+
+_FLEET = 'namespace=~"$namespace", serving=~"$serving"'
+_SERVING = 'namespace=~"$namespace", serving=~"$serving", role=~"$role"'
+
+
+def _sel(metric: str, matchers: str, extra: str = "") -> str:
+    inner = ", ".join(m for m in (matchers, extra) if m)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def _reporting_gpus(matchers: str) -> str:
+    """GPUs whose leader reported in the last round, per group."""
+    return f"({_sel(GPUS, matchers)} * {_ON_GROUP} {_sel(COVERAGE, matchers)})"
+
+
+def _billed_tps(matchers: str) -> str:
+    """Billed tokens/s per group: billed per GPU × reporting GPUs (adds up across roles; see module doc)."""
+    return f"({_sel(TOKENS_PER_SECOND_PER_GPU, matchers)} * {_ON_GROUP} {_reporting_gpus(matchers)})"
+
+
+def _quantile(q: float, histogram_bucket: str, matchers: str, by: str = "") -> str:
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, sum by ({group}) (rate({_sel(histogram_bucket, matchers)}[$__rate_interval])))"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The dashboards
+
+_NAMESPACE = Variable("namespace", "Namespace", f"label_values({GPUS}, namespace)")
+_SERVING_OF_NAMESPACE = Variable("serving", "Serving", f'label_values({GPUS}{{namespace=~"$namespace"}}, serving)')
+
+
+def fleet() -> Dashboard:
+    billed = _billed_tps(_FLEET)
+    reporting = _reporting_gpus(_FLEET)
+    money_per_gpu_hour = (
+        f"sum by (currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})"
+        f" / on() group_left sum({_sel(GPUS, _FLEET)} and {_ON_GROUP} {_sel(REVENUE_PER_HOUR, _FLEET)})"
+    )
+    headline = Row(
+        "Fleet",
+        [
+            Panel("Billed tokens/s", [Query(f"sum({billed})", "tokens/s")], kind="stat", unit="short", width=4,
+                  height=5, description="Prompt + generated tokens per second, counted once across prefill and "
+                  "decode, over the leaders that reported in the last round."),
+            Panel("Tokens/s per GPU", [Query(f"sum({billed}) / sum({reporting})", "tokens/s/GPU")], kind="stat",
+                  width=4, height=5, description="Billed tokens/s over the GPUs whose leaders reported."),
+            Panel("Revenue per GPU-hour", [Query(money_per_gpu_hour, "{{currency}}")], kind="stat",
+                  unit="short", decimals=2, width=4, height=5,
+                  description="Revenue per hour at the scheduled price over the GPUs of fully reporting groups."),
+            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})",
+                  "{{currency}}")], kind="stat", unit="short", decimals=0, width=4, height=5),
+            Panel("Parity", [Query(
+                f"sum({_sel(PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting}) / sum({reporting}"
+                f" and {_ON_GROUP} {_sel(PARITY_RATIO, _FLEET)})", "parity")], kind="stat", unit="percentunit",
+                decimals=1, width=4, height=5, thresholds=((None, "red"), (0.9, "orange"), (1.0, "green")),
+                description="GPU-weighted tokens/s per GPU ÷ each serving's reference (spec.parity)."),
+            Panel("GPUs", [Query(f"sum({_sel(GPUS, _FLEET)})", "GPUs")], kind="stat", width=4, height=5,
+                  description="GPUs of the placed groups' leaders' groups."),
+        ],
+    )  # fmt: skip
+    by_serving = Row(
+        "By serving",
+        [
+            Panel("Billed tokens/s by serving", [Query(f"sum by (namespace, serving) ({billed})",
+                  "{{namespace}}/{{serving}}")], stacked=True, width=12),
+            Panel("Tokens/s per GPU by serving", [Query(
+                f"sum by (namespace, serving) ({billed}) / sum by (namespace, serving) ({reporting})",
+                "{{namespace}}/{{serving}}")], width=12),
+            Panel("Revenue per GPU-hour by serving", [Query(
+                f"sum by (namespace, serving, currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})"
+                f" / on(namespace, serving) group_left sum by (namespace, serving)"
+                f" ({_sel(GPUS, _FLEET)} and {_ON_GROUP} {_sel(REVENUE_PER_HOUR, _FLEET)})",
+                "{{namespace}}/{{serving}} ({{currency}})")], unit="short", decimals=2, width=12),
+            Panel("Parity by serving", [Query(
+                f"sum by (namespace, serving) ({_sel(PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting})"
+                f" / sum by (namespace, serving) ({reporting} and {_ON_GROUP} {_sel(PARITY_RATIO, _FLEET)})",
+                "{{namespace}}/{{serving}}")], unit="percentunit", width=12,
+                thresholds=((None, "red"), (0.9, "orange"), (1.0, "green"))),
+        ],
+    )  # fmt: skip
+    capacity = Row(
+        "NVLink domains",
+        [
+            Panel("GPUs by NVLink domain", [Query(f"sum by (domain) ({_sel(GPUS, _FLEET)})", "{{domain}}")],
+                  kind="bargauge", width=12, height=10,
+                  description="GPUs of placed groups per NVLink domain (rack); one group never spans two."),
+            Panel("Free nodes per rack", [Query(f"sum by (domain) ({DOMAIN_FREE_NODES})", "{{domain}}")],
+                  kind="bargauge", width=12, height=10, min=0, max=18,
+                  thresholds=((None, "red"), (1, "orange"), (4, "green")),
+                  description="Schedulable nodes without a group, per NVLink domain: what the next group can use."),
+        ],
+    )  # fmt: skip
+    return Dashboard(
+        uid="nvlfleet-fleet",
+        title="nvlfleet / Fleet",
+        description="Throughput and revenue of every DeepSeekServing, and NVLink-domain capacity.",
+        variables=[_NAMESPACE, _SERVING_OF_NAMESPACE],
+        rows=[headline, by_serving, capacity],
+        file_name="nvlfleet-fleet.json",
+    )
+
+
+def serving() -> Dashboard:
+    s = _SERVING
+    # vLLM series carry the PodMonitor's target labels (namespace, serving, role) plus model_name and engine.
+    v = s
+
+    def tps(kind: str, by: str = "") -> str:
+        matcher = 'kind="' + kind + '"'
+        return f"sum{f' by ({by})' if by else ''}({_sel(TOKENS_PER_SECOND, s, matcher)})"
+
+    throughput = Row(
+        "Throughput",
+        [
+            Panel("Prompt vs generation tokens/s", [
+                Query(f"{tps('prompt')} - {tps('prompt_cached')}", "prompt (computed)"),
+                Query(tps("prompt_cached"), "prompt (prefix-cache hit)"),
+                Query(tps("generation"), "generation")], stacked=True, width=12,
+                description="As vLLM counted them per role; with prefill/decode disaggregation, pick one role to "
+                "avoid counting prompts twice."),
+            Panel("Cached share of prompt tokens", [Query(
+                f"{tps('prompt_cached', 'role')} / {tps('prompt', 'role')}", "{{role}}")],
+                unit="percentunit", min=0, max=1, width=6,
+                description="Prompt tokens served from the prefix cache, billed at the cache-hit price."),
+            Panel("Tokens/s per GPU", [Query(_sel(TOKENS_PER_SECOND_PER_GPU, s), "{{role}} {{domain}}")], width=6),
+            Panel("Speculative decoding acceptance", [
+                Query(_sel(SPEC_ACCEPTANCE_RATE, s), "acceptance {{role}} {{domain}}")],
+                unit="percentunit", min=0, max=1, width=8,
+                description="Accepted ÷ proposed draft tokens."),
+            Panel("Mean accepted length", [Query(_sel(SPEC_MEAN_ACCEPTED_LENGTH, s), "{{role}} {{domain}}")],
+                  width=8, description="Tokens emitted per decoding step: 1 + accepted draft tokens per draft."),
+            Panel("Streaming tokens/s per request", [
+                Query(_sel(STREAMING_TPS_PER_REQUEST, s), "{{role}} {{domain}}")], width=8,
+                description="Generated tokens/s ÷ running requests: the speed one user sees."),
+        ],
+    )  # fmt: skip
+    money = Row(
+        "Revenue",
+        [
+            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(REVENUE_PER_HOUR, s)})", "{{currency}}")],
+                  unit="short", width=8),
+            Panel("Revenue, cost and margin per GPU-hour", [
+                Query(_sel(REVENUE_PER_GPU_HOUR, s), "revenue {{role}} {{domain}}"),
+                Query(_sel(COST_PER_GPU_HOUR, s), "cost {{role}} {{domain}}"),
+                Query(_sel(MARGIN_PER_GPU_HOUR, s), "margin {{role}} {{domain}}")], unit="short", width=8),
+            Panel("Price multiplier and parity", [
+                Query(_sel(PRICE_MULTIPLIER, s), "price × {{role}} {{domain}}"),
+                Query(_sel(PARITY_RATIO, s), "parity {{role}} {{domain}}")], width=8,
+                description="The time-of-day price multiplier (1 outside every window) and the parity ratio."),
+        ],
+    )  # fmt: skip
+    engine = Row(
+        "vLLM (from the pods' own /metrics)",
+        [
+            Panel("Time to first token", [
+                Query(_quantile(q, vllm("vllm:time_to_first_token_seconds_bucket"), v), f"p{int(q * 100)}")
+                for q in (0.5, 0.9, 0.99)], unit="s", width=8),
+            Panel("Inter-token latency", [
+                Query(_quantile(q, vllm("vllm:inter_token_latency_seconds_bucket"), v), f"p{int(q * 100)}")
+                for q in (0.5, 0.9, 0.99)], unit="s", width=8,
+                description="vLLM's smallest default bucket is 10 ms; finer ITL needs --custom-histogram-buckets."),
+            Panel("KV-cache use", [Query(f"max by (pod) ({_sel(vllm('vllm:kv_cache_usage_perc'), v)})",
+                  "{{pod}}")], unit="percentunit", min=0, max=1, width=8,
+                  thresholds=((None, "green"), (0.9, "orange"), (0.97, "red"))),
+            Panel("Requests running and waiting", [
+                Query(f"sum by (role) ({_sel(vllm('vllm:num_requests_running'), v)})", "running {{role}}"),
+                Query(f"sum by (role) ({_sel(vllm('vllm:num_requests_waiting'), v)})", "waiting {{role}}")],
+                width=12),
+            Panel("Prefix-cache hit rate", [Query(
+                f"sum by (role) (rate({_sel(vllm('vllm:prefix_cache_hits_total'), v)}[$__rate_interval]))"
+                f" / sum by (role) (rate({_sel(vllm('vllm:prefix_cache_queries_total'), v)}[$__rate_interval]))",
+                "{{role}}")], unit="percentunit", min=0, max=1, width=12),
+        ],
+    )  # fmt: skip
+    return Dashboard(
+        uid="nvlfleet-serving",
+        title="nvlfleet / Serving",
+        description="One DeepSeekServing: tokens by kind, speculative decoding, revenue, and vLLM latency.",
+        variables=[
+            dataclasses.replace(_NAMESPACE, multi=False),
+            dataclasses.replace(_SERVING_OF_NAMESPACE, multi=False),
+            Variable("role", "Role", f'label_values({GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'),
+        ],
+        rows=[throughput, money, engine],
+        file_name="nvlfleet-serving.json",
+    )
+
+
+def operator_health() -> Dashboard:
+    o = 'namespace=~"$namespace"'
+    reconcile = Row(
+        "Reconcile",
+        [
+            Panel("Reconciles/s", [Query(
+                f"sum by (namespace, serving) (rate({_sel(RECONCILE_TOTAL, o)}[$__rate_interval]))",
+                "{{namespace}}/{{serving}}")], unit="ops", width=8),
+            Panel("Reconcile errors/s", [Query(
+                f"sum by (reason) (rate({_sel(RECONCILE_ERRORS_TOTAL, o)}[$__rate_interval]))", "{{reason}}")],
+                unit="ops", width=8, thresholds=((None, "green"), (0.001, "red"))),
+            Panel("Reconcile latency", [Query(_quantile(q, f"{RECONCILE_DURATION}_bucket", ""), f"p{int(q * 100)}")
+                                        for q in (0.5, 0.99)], unit="s", width=8),
+            Panel("Planner latency", [Query(_quantile(q, f"{PLANNER_DURATION}_bucket", ""), f"p{int(q * 100)}")
+                                      for q in (0.5, 0.99)], unit="s", width=8,
+                  description="Time to place every group into NVLink domains."),
+        ],
+    )  # fmt: skip
+    scraping = Row(
+        "Scraping vLLM leaders",
+        [
+            Panel("Scrape targets", [Query(f"sum by (state) ({SCRAPE_TARGETS})", "{{state}}")], stacked=True,
+                  width=8, description="Leaders that answered (up), have no rate yet (pending) or failed (down)."),
+            Panel("Scrape errors/s", [Query(
+                f"sum by (namespace, serving, reason) (rate({_sel(SCRAPE_ERRORS_TOTAL, o)}[$__rate_interval]))",
+                "{{namespace}}/{{serving}} {{reason}}")], unit="ops", width=8),
+            Panel("Scrape latency", [Query(_quantile(q, f"{SCRAPE_DURATION}_bucket", ""), f"p{int(q * 100)}")
+                                     for q in (0.5, 0.99)], unit="s", width=8),
+            Panel("Telemetry coverage", [Query(_sel(COVERAGE, o), "{{namespace}}/{{serving}} {{role}} {{domain}}")],
+                  unit="percentunit", min=0, max=1, width=24,
+                  description="Share of each group's GPUs whose leader reported in the last round."),
+        ],
+    )  # fmt: skip
+    return Dashboard(
+        uid="nvlfleet-operator",
+        title="nvlfleet / Operator",
+        description="Health of the nvlfleet operator: reconciliation, placement and telemetry scraping.",
+        variables=[Variable("namespace", "Namespace", f"label_values({RECONCILE_TOTAL}, namespace)")],
+        rows=[reconcile, scraping],
+        file_name="nvlfleet-operator.json",
+    )
+
+
+def all_dashboards() -> list[Dashboard]:
+    return [fleet(), serving(), operator_health()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output and introspection
+
+
+def render(dashboard: Dashboard) -> str:
+    return json.dumps(to_json(dashboard), indent=2, ensure_ascii=False) + "\n"
+
+
+def write(chart_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Write every dashboard to ``<chart_dir>/dashboards/``; returns the paths written."""
+    out = chart_dir / "dashboards"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for dashboard in all_dashboards():
+        path = out / dashboard.file_name
+        path.write_text(render(dashboard), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+@dataclasses.dataclass(frozen=True)
+class Expression:
+    """One query of one panel, with the template variables it uses (for tests that evaluate it)."""
+
+    dashboard: str
+    panel: str
+    expr: str
+    variables: tuple[str, ...]
+
+
+def promql_expressions() -> Iterator[Expression]:
+    """Every PromQL query in every dashboard, including the variables' label_values() metrics."""
+    for dashboard in all_dashboards():
+        names = tuple(v.name for v in dashboard.variables)
+        for row in dashboard.rows:
+            for panel in row.panels:
+                for query in panel.queries:
+                    yield Expression(dashboard.title, panel.title, query.expr, names)
+        for variable in dashboard.variables:
+            inner = variable.query.removeprefix("label_values(").rsplit(",", 1)[0]
+            yield Expression(dashboard.title, f"variable {variable.name}", inner, names)
+
+
+def substitute(expr: str, values: dict[str, str], rate_interval: str = "1m") -> str:
+    """``expr`` with Grafana's variables replaced, as Grafana would send it to Prometheus."""
+    out = expr.replace("$__rate_interval", rate_interval)
+    for name in sorted(values, key=len, reverse=True):
+        out = out.replace(f"${name}", values[name])
+    return out
