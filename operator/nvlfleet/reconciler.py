@@ -516,12 +516,23 @@ def _health(
                 f"{_n(short[domain], 'node')} for the groups placed there"
             )
         observed = observed_sets.get(lws_name)
-        if observed is not None:
-            status = _as_mapping(observed.get("status"))
-            updated = status.get("updatedReplicas", 0)
-            if isinstance(updated, int) and updated < replicas:
-                rolling.append(f"{where}: {updated}/{replicas} groups updated")
+        if observed is not None and _rolling(observed):
+            updated = _as_mapping(observed.get("status")).get("updatedReplicas", 0)
+            rolling.append(f"{where}: {updated}/{replicas} groups updated")
     return _Health(ready, placed, tuple(rolling), tuple(not_ready), tuple(hurt))
+
+
+def _rolling(lws: Mapping[str, Any]) -> bool:
+    """Whether the LeaderWorkerSet controller is still rolling groups to its latest template (or has not yet
+    looked at the latest generation)."""
+    meta, status = _as_mapping(lws.get("metadata")), _as_mapping(lws.get("status"))
+    generation, observed = meta.get("generation"), status.get("observedGeneration")
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+        return True
+    return any(
+        _as_mapping(c).get("type") == "UpdateInProgress" and _as_mapping(c).get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -1,0 +1,516 @@
+"""The reconcile decision, pass by pass: what the operator applies, prunes, reports and announces.
+
+Each test builds a snapshot the way the operator reads the cluster (Node, Pod and child objects as dicts), lets
+``reconciler.reconcile`` decide, and where the behaviour is about convergence, feeds the decision back as the
+next observed state (``Cluster.carry_out``) the way the API server would store it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+from typing import Any
+
+import fleetbuilder as fb
+import servingbuilder as sb
+
+from nvlfleet import inventory, planner, reconciler, render, validation
+
+T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=5)
+UID = "0b8e4c1a-5f5e-4c1e-9d7a-000000000001"
+
+
+def serving(uid: str = UID, generation: int = 1, **kwargs: Any) -> dict[str, Any]:
+    obj = sb.serving_dict(**kwargs)
+    obj["metadata"].update(uid=uid, generation=generation)
+    return obj
+
+
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
+    return condition(obj, reconciler.READY)
+
+
+def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
+    assert obj is not None
+    return next(c for c in obj["conditions"] if c["type"] == ctype)
+
+
+def kinds_and_names(objs: Any) -> list[tuple[str, str]]:
+    return [(o["kind"], o["metadata"]["name"]) for o in objs]
+
+
+@dataclasses.dataclass
+class Cluster:
+    """A tiny stand-in for the API server: stores what a decision applies, deletes and patches."""
+
+    serving: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    children: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    fleet_extra: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    served: frozenset[str] = frozenset({"LeaderWorkerSet", "ComputeDomain", "PodMonitor"})
+
+    def snapshot(self, now: datetime.datetime = T0) -> reconciler.Snapshot:
+        children = [copy.deepcopy(c) for c in self.children.values()]
+        return reconciler.Snapshot(
+            serving=copy.deepcopy(self.serving),
+            now=now,
+            children=children,
+            nodes=self.nodes,
+            pods=self.pods,
+            fleet=[c for c in children if c["kind"] == "LeaderWorkerSet"] + self.fleet_extra,
+            served=self.served,
+        )
+
+    def reconcile(self, now: datetime.datetime = T0) -> reconciler.Decision:
+        return reconciler.reconcile(self.snapshot(now))
+
+    def carry_out(self, decision: reconciler.Decision) -> None:
+        for obj in decision.delete:
+            del self.children[(obj["kind"], obj["metadata"]["name"])]
+        for obj in decision.apply:
+            stored = copy.deepcopy(obj)
+            stored["metadata"]["uid"] = f"uid-{obj['metadata']['name']}"
+            stored["metadata"]["resourceVersion"] = "1"
+            if obj["kind"] == "Service":  # what the API server adds on its own
+                stored["spec"]["clusterIP"] = "10.96.0.10"
+            self.children[(obj["kind"], obj["metadata"]["name"])] = stored
+        if decision.status is not None:
+            self.serving["status"] = {**self.serving.get("status", {}), **decision.status}
+
+    def converge(self, now: datetime.datetime = T0) -> reconciler.Decision:
+        decision = self.reconcile(now)
+        self.carry_out(decision)
+        return decision
+
+    def lws(self) -> list[dict[str, Any]]:
+        return [c for c in self.children.values() if c["kind"] == "LeaderWorkerSet"]
+
+    def run_groups(self, ready: bool = True) -> None:
+        """What LeaderWorkerSet, kube-scheduler and the kubelet would do: one pod per group member, bound in
+        the LeaderWorkerSet's domain on free nodes."""
+        taken = {p["spec"].get("nodeName") for p in self.pods}
+        self.pods = [p for p in self.pods if p["metadata"]["labels"].get(render.SERVING_LABEL) is None]
+        for lws in self.lws():
+            domain = reconciler.lws_domain(lws, fb.CLIQUE_LABEL)
+            free = [
+                n["metadata"]["name"]
+                for n in self.nodes
+                if n["metadata"]["labels"].get(fb.CLIQUE_LABEL) == domain and n["metadata"]["name"] not in taken
+            ]
+            size = lws["spec"]["leaderWorkerTemplate"]["size"]
+            for group in range(lws["spec"]["replicas"]):
+                for worker in range(size):
+                    node = free.pop(0)
+                    taken.add(node)
+                    self.pods.append(group_pod(lws, group, worker, node, ready))
+
+
+def group_pod(lws: dict[str, Any], group: int, worker: int, node: str | None, ready: bool) -> dict[str, Any]:
+    labels = lws["metadata"]["labels"]
+    name = lws["metadata"]["name"] + f"-{group}" + (f"-{worker}" if worker else "")
+    pod = fb.pod(
+        name,
+        node,
+        namespace=lws["metadata"]["namespace"],
+        serving=labels[render.SERVING_LABEL],
+        role=labels[render.ROLE_LABEL],
+        lws=lws["metadata"]["name"],
+        group=group,
+    )
+    pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = str(worker)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return pod
+
+
+def two_racks() -> list[dict[str, Any]]:
+    return fb.rack(0) + fb.rack(1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A new serving
+
+
+def test_a_new_serving_becomes_a_compute_domain_a_leader_worker_set_and_a_service_owned_by_it() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    decision = cluster.reconcile()
+
+    parsed = validation.parse(cluster.serving)[0]
+    assert parsed is not None
+    placement = decision.placement
+    expected = render.render(parsed, placement)
+    assert kinds_and_names(decision.apply) == kinds_and_names(expected)
+    for applied, rendered in zip(decision.apply, expected, strict=True):
+        assert applied["spec"] == rendered["spec"]
+        meta = applied["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "nvlfleet.io/v1alpha1",
+                "kind": "DeepSeekServing",
+                "name": "dsv41",
+                "uid": UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"][reconciler.MANAGED_BY_LABEL] == "nvlfleet"
+        assert meta["labels"][reconciler.SERVING_LABEL] == "dsv41"
+        assert reconciler.APPLIED_HASH in meta["annotations"]
+    assert decision.delete == ()
+    assert decision.creates == tuple(kinds_and_names(expected))
+
+
+def test_groups_are_packed_into_one_rack_and_the_status_says_where() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    decision = cluster.reconcile()
+
+    rack0 = fb.clique(0)
+    assert decision.placement == {"decode": {rack0: 2}}
+    assert decision.status is not None
+    status = decision.status
+    assert (status["observedGeneration"], status["placement"], status["ready"]) == (1, {"decode": {rack0: 2}}, "0/2")
+    assert (status["readyGroups"], status["desiredGroups"], status["gpus"]) == (0, 2, 2 * 2 * 4)
+    placed = condition(status, reconciler.PLACED)
+    assert (placed["status"], placed["reason"]) == ("True", "AllGroupsPlaced")
+    assert inventory.short_domain(rack0) in placed["message"]
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [
+        ("Ready", "False"),
+        ("Placed", "True"),
+        ("Progressing", "True"),
+        ("Degraded", "False"),
+        ("InsufficientCapacity", "False"),
+    ]
+    assert all(c["lastTransitionTime"] == "2026-11-30T12:00:00Z" for c in status["conditions"])
+    assert all(c["observedGeneration"] == 1 for c in status["conditions"])
+    assert [(e.type, e.reason) for e in decision.events] == [("Normal", "Applied"), ("Normal", "Placed")]
+
+
+def test_the_serving_turns_ready_when_every_group_pod_is_ready() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups(ready=True)
+
+    decision = cluster.converge(T1)
+
+    assert decision.apply == () and decision.delete == ()
+    ready = ready_condition(cluster.serving["status"])
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "True",
+        "AllGroupsReady",
+        "2026-11-30T12:05:00Z",
+    )
+    assert cluster.serving["status"]["ready"] == "2/2"
+    progressing = condition(cluster.serving["status"], reconciler.PROGRESSING)
+    assert (progressing["status"], progressing["reason"]) == ("False", "Complete")
+    assert ("Normal", "Ready") in [(e.type, e.reason) for e in decision.events]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Level-based and quiet
+
+
+def test_a_second_pass_on_the_state_the_first_produced_changes_nothing() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups()
+    cluster.converge(T1)
+
+    quiet = cluster.reconcile(T1 + datetime.timedelta(hours=1))
+
+    assert quiet.writes is False
+    assert (quiet.apply, quiet.delete, quiet.status, quiet.events) == ((), (), None, ())
+
+
+def test_fields_the_api_server_or_another_controller_add_are_not_a_difference() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    for child in cluster.children.values():
+        child["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
+        child["spec"].setdefault("extraDefault", {"set": "by a webhook"})
+        child["status"] = {"replicas": 1}
+
+    assert cluster.reconcile().apply == ()
+
+
+def test_a_field_nvlfleet_owns_that_someone_edited_is_applied_again() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    (lws,) = cluster.lws()
+    lws["spec"]["replicas"] = 5  # kubectl scale behind the operator's back
+
+    decision = cluster.reconcile()
+
+    assert kinds_and_names(decision.apply) == [("LeaderWorkerSet", lws["metadata"]["name"])]
+    assert decision.apply[0]["spec"]["replicas"] == 2
+
+
+def test_the_condition_keeps_its_transition_time_while_its_status_stays() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge(T0)
+    cluster.run_groups(ready=False)  # pods exist, not ready: message changes, status stays False
+
+    cluster.converge(T1)
+
+    ready = ready_condition(cluster.serving["status"])
+    assert (ready["status"], ready["lastTransitionTime"]) == ("False", "2026-11-30T12:00:00Z")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scaling, spec changes, pruning
+
+
+def test_scaling_up_adds_replicas_in_the_same_rack_without_moving_running_groups() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups()
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 4
+    cluster.serving["metadata"]["generation"] = 2
+
+    decision = cluster.converge()
+
+    assert decision.placement == {"decode": {fb.clique(0): 4}}
+    assert kinds_and_names(decision.apply) == [("LeaderWorkerSet", cluster.lws()[0]["metadata"]["name"])]
+    assert decision.apply[0]["spec"]["replicas"] == 4
+    assert cluster.serving["status"]["observedGeneration"] == 2
+
+
+def test_groups_that_spill_into_a_second_rack_get_their_own_leader_worker_set_and_scale_down_prunes_it() -> None:
+    cluster = Cluster(serving(groups=8, nodes=2), two_racks())  # 16 nodes in rack 0, then 2 more
+    cluster.converge()
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 10
+    grown = cluster.converge()
+    assert grown.placement == {"decode": {fb.clique(0): 9, fb.clique(1): 1}}
+    assert len(cluster.lws()) == 2
+
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 9
+    shrunk = cluster.converge()
+
+    assert shrunk.placement == {"decode": {fb.clique(0): 9}}
+    pruned = render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(1))
+    assert kinds_and_names(shrunk.delete) == [("ComputeDomain", pruned), ("LeaderWorkerSet", pruned)]
+    assert ("Normal", "Pruned") in [(e.type, e.reason) for e in shrunk.events]
+
+
+def test_only_children_with_the_labels_and_an_owner_reference_to_this_serving_are_ever_deleted() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    labels = {reconciler.MANAGED_BY_LABEL: "nvlfleet", reconciler.SERVING_LABEL: "dsv41"}
+    someone_elses = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "look-alike", "labels": labels}}
+    previous_owner = copy.deepcopy(someone_elses)
+    previous_owner["metadata"]["name"] = "from-an-older-dsv41"
+    previous_owner["metadata"]["ownerReferences"] = [
+        {"kind": "DeepSeekServing", "name": "dsv41", "uid": "an-older-uid", "controller": True}
+    ]
+    ours_but_stale = copy.deepcopy(previous_owner)
+    ours_but_stale["metadata"]["name"] = "stale"
+    ours_but_stale["metadata"]["ownerReferences"][0]["uid"] = UID
+    for obj in (someone_elses, previous_owner, ours_but_stale):
+        cluster.children[("Service", obj["metadata"]["name"])] = obj
+
+    decision = cluster.reconcile()
+
+    assert kinds_and_names(decision.delete) == [("Service", "stale")]
+
+
+def test_a_compute_domain_whose_spec_changes_is_deleted_and_created_again_never_patched() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    (cd_key,) = [k for k in cluster.children if k[0] == "ComputeDomain"]
+    old = cluster.children[cd_key]
+    old["spec"]["numNodes"] = 2  # as if an older nvlfleet had rendered another spec
+    old["metadata"]["annotations"][reconciler.SPEC_HASH] = "0000000000000000"
+
+    first = cluster.reconcile()
+    assert kinds_and_names(first.delete) == [cd_key]
+    assert cd_key not in kinds_and_names(first.apply)
+    assert first.requeue_after == reconciler.REQUEUE_SECONDS
+    assert ("Normal", "Recreating") in [(e.type, e.reason) for e in first.events]
+
+    old["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:01Z"  # the API server is finishing the delete
+    waiting = cluster.reconcile()
+    assert (waiting.apply, waiting.delete, waiting.requeue_after) == ((), (), reconciler.REQUEUE_SECONDS)
+
+    del cluster.children[cd_key]
+    recreated = cluster.reconcile()
+    assert kinds_and_names(recreated.apply) == [cd_key]
+    assert recreated.apply[0]["spec"]["numNodes"] == 0
+
+
+def test_a_restart_mid_rollout_reads_the_placement_from_the_leader_worker_sets_not_the_status() -> None:
+    # Two empty racks: a fresh plan puts the group in rack 0 (ties go to the smaller key). The group runs in
+    # rack 1 (an earlier plan put it there), and the status that said so was never written.
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    (lws,) = cluster.lws()
+    del cluster.serving["status"]  # the status write was lost when the operator died
+    moved = render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(1))
+    lws["metadata"]["name"] = moved
+    lws["metadata"]["annotations"][render.DOMAIN_VALUE_ANNOTATION] = fb.clique(1)
+    cluster.children = {(k, n if k != "LeaderWorkerSet" else moved): v for (k, n), v in cluster.children.items()}
+
+    decision = cluster.reconcile()
+
+    assert decision.placement == {"decode": {fb.clique(1): 1}}  # kept where it runs, no second group elsewhere
+    assert ("LeaderWorkerSet", moved) not in kinds_and_names(decision.delete)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Capacity
+
+
+def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> None:
+    nodes = [n for n in fb.rack(0) if n["metadata"]["name"] in ("rack-0-00", "rack-0-01")]
+    nodes += [n for n in fb.rack(1) if n["metadata"]["name"] == "rack-1-00"]
+    cluster = Cluster(serving(groups=1, tensor=1, nodes=3), nodes)
+    decision = cluster.reconcile()
+
+    parsed = validation.parse(cluster.serving)[0]
+    assert parsed is not None
+    expected = planner.plan(inventory.from_objects(nodes), planner.demands(parsed))
+    (role_plan,) = expected.roles
+    capacity = condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)
+    assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")
+    assert capacity["message"].startswith(role_plan.reasons[0])
+    assert "needs 3 free nodes" in capacity["message"] and "largest free block is 2 nodes" in capacity["message"]
+    assert condition(decision.status, reconciler.PLACED)["status"] == "False"
+    assert (ready_condition(decision.status)["reason"]) == "InsufficientCapacity"
+    assert [o["kind"] for o in decision.apply] == ["Service"]  # nothing placed: no LeaderWorkerSet
+    assert ("Warning", "InsufficientCapacity") in [(e.type, e.reason) for e in decision.events]
+    cluster.carry_out(decision)
+    assert cluster.reconcile(T1).writes is False  # the warning is said once, not on every re-check
+
+
+def test_another_servings_leader_worker_sets_hold_their_rack_even_before_their_pods_are_scheduled() -> None:
+    nodes = fb.rack(0, nodes=4)
+    winner = Cluster(serving(name="winner", uid="uid-winner", groups=2, nodes=2), nodes)
+    winner.converge()
+    loser = Cluster(serving(name="loser", uid="uid-loser", groups=1, nodes=2), nodes, fleet_extra=winner.lws())
+
+    decision = loser.reconcile()
+
+    assert decision.placement == {"decode": {}}
+    assert condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)["status"] == "True"
+
+    winner.serving["spec"]["roles"]["decode"]["groups"] = 1
+    winner.converge()
+    loser.fleet_extra = winner.lws()
+    assert loser.reconcile().placement == {"decode": {fb.clique(0): 1}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Health
+
+
+def test_a_group_whose_node_is_gone_is_degraded_and_named() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups()
+    cluster.converge()
+    lost = next(p for p in cluster.pods if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] == "1")
+    lost_node = lost["spec"]["nodeName"]
+    cluster.nodes = [n for n in cluster.nodes if n["metadata"]["name"] != lost_node]
+
+    decision = cluster.converge(T1)
+
+    degraded = condition(cluster.serving["status"], reconciler.DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "GroupsUnhealthy")
+    assert "decode group 1" in degraded["message"] and f"node {lost_node}, which is gone" in degraded["message"]
+    assert "decode group 0" not in degraded["message"]
+    assert cluster.serving["status"]["ready"] == "1/2"
+    assert ready_condition(cluster.serving["status"])["reason"] == "Degraded"
+    assert ("Warning", "Degraded") in [(e.type, e.reason) for e in decision.events]
+
+
+def test_a_crash_looping_pod_degrades_its_group_and_recovery_is_announced() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups()
+    cluster.converge()
+    pod = cluster.pods[-1]
+    pod["status"]["containerStatuses"] = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
+    cluster.converge()
+    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "True"
+
+    del pod["status"]["containerStatuses"]
+    decision = cluster.converge(T1)
+
+    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "False"
+    assert ("Normal", "Recovered") in [(e.type, e.reason) for e in decision.events]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusing to act
+
+
+def test_an_invalid_spec_leaves_the_running_fleet_alone_and_says_which_field() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    before = copy.deepcopy(cluster.children)
+    cluster.serving["spec"]["extraArgs"] = ["--no-such-flag"]
+    cluster.serving["metadata"]["generation"] = 2
+
+    decision = cluster.converge(T1)
+
+    assert (decision.apply, decision.delete) == ((), ())
+    assert cluster.children == before
+    ready = ready_condition(cluster.serving["status"])
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    problems = validation.validate(cluster.serving)
+    assert problems and all(str(p) in ready["message"] for p in problems)
+    assert "spec.extraArgs[0]" in ready["message"]
+    assert cluster.serving["status"]["observedGeneration"] == 2
+    assert cluster.serving["status"]["placement"] == {"decode": {fb.clique(0): 1}}  # what still runs
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "InvalidSpec")]
+    assert cluster.reconcile(T1).writes is False  # said once, not on every re-check
+
+
+def test_a_missing_leader_worker_set_api_is_a_condition_not_a_crash() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks(), served=frozenset({"ComputeDomain"}))
+
+    decision = cluster.reconcile()
+
+    assert (decision.apply, decision.delete) == ((), ())
+    ready = ready_condition(decision.status)
+    assert (ready["status"], ready["reason"]) == ("False", "MissingPrerequisite")
+    assert "leaderworkersets.leaderworkerset.x-k8s.io" in ready["message"]
+    assert condition(decision.status, reconciler.PLACED)["status"] == "Unknown"
+
+
+def test_a_missing_compute_domain_api_matters_only_when_compute_domains_are_asked_for() -> None:
+    without_cd = frozenset({"LeaderWorkerSet"})
+    asked = Cluster(serving(groups=1, nodes=2), two_racks(), served=without_cd)
+    assert "computedomains.resource.nvidia.com" in ready_condition(asked.reconcile().status)["message"]
+
+    not_asked = Cluster(serving(groups=1, nodes=2, placement={"computeDomain": False}), two_racks(), served=without_cd)
+    assert [o["kind"] for o in not_asked.reconcile().apply] == ["LeaderWorkerSet", "Service"]
+
+
+def test_an_object_in_the_way_that_nvlfleet_did_not_create_is_never_overwritten() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    first = cluster.reconcile()
+    service = next(o for o in first.apply if o["kind"] == "Service")
+    foreign = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": service["metadata"]["name"]}}
+
+    decision = reconciler.reconcile(dataclasses.replace(cluster.snapshot(), foreign=[foreign]))
+
+    assert (decision.apply, decision.delete) == ((), ())
+    ready = ready_condition(decision.status)
+    assert ready["reason"] == "NameConflict"
+    assert ready["message"].startswith("Service dsv41-decode already exists and was not created by nvlfleet")
+
+
+def test_a_serving_being_deleted_is_left_to_garbage_collection() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    cluster.serving["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+
+    assert cluster.reconcile() == reconciler.Decision()
+
+
+def test_contains_compares_what_nvlfleet_says_not_what_others_add() -> None:
+    assert reconciler.contains({"a": 1, "b": [{"c": "x"}]}, {"a": 1.0, "b": [{"c": "x", "d": 2}], "e": 3})
+    assert not reconciler.contains({"b": [{"c": "x"}]}, {"b": [{"c": "x"}, {"c": "y"}]})
+    assert not reconciler.contains({"a": True}, {"a": 1})
+    assert not reconciler.contains({"a": {"b": 1}}, {"a": {}})
