@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import fleetbuilder as fb
 import pytest
@@ -271,8 +272,11 @@ def test_h200_groups_are_single_nodes_each_its_own_domain() -> None:
 def test_plan_answers_in_the_shape_of_status_placement() -> None:
     plan = planner.plan(fleet(18), [demand("a", "decode", npg=2), demand("a", "prefill", npg=1, groups=2)])
     assert plan.placement(serving("a")) == {"decode": {fb.clique(0): 1}, "prefill": {fb.clique(0): 2}}
+    assert (plan.domain(fb.clique(0)).label, plan.domain(fb.clique(0)).free_after) == (fb.CLIQUE_LABEL, 18 - 4)
     with pytest.raises(KeyError):
         plan.role(serving("nobody"), "decode")
+    with pytest.raises(KeyError):
+        plan.domain("nowhere")
 
 
 def test_a_role_demanded_twice_is_a_programming_error() -> None:
@@ -343,16 +347,17 @@ class Scenario:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> Scenario:
-    objs: list[dict] = []
-    pods: list[dict] = []
+    nodes: list[inventory.Node] = []
     for r in range(draw(st.integers(1, 8))):
+        labels = {fb.CLIQUE_LABEL: fb.clique(r), inventory.PRODUCT_LABEL: GB200.gpu_product}
         for t in range(draw(st.integers(1, 18))):
             state = draw(st.sampled_from(["free"] * 6 + ["busy", "cordoned", "notready"]))
             name = f"rack-{r}-{t:02d}"
-            objs.append(fb.node(name, rack=r, cordoned=state == "cordoned", ready=state != "notready"))
-            if state == "busy":
-                pods.append(fb.pod(f"job-{name}", name))
-    inv = inventory.from_objects(objs, pods)
+            busy = (inventory.GpuPod("batch", f"job-{name}", name, 4),) if state == "busy" else ()
+            nodes.append(
+                inventory.Node(name, labels, 4, ready=state != "notready", unschedulable=state == "cordoned", pods=busy)
+            )
+    inv = inventory.build(nodes)
     free = {d.key: sum(n.schedulable and not n.busy for n in d.nodes) for d in inv.domains()}
     names = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
     before, after = [], []
@@ -387,7 +392,7 @@ def nodes_planned(plan: planner.Plan, held: Sequence[planner.Placement]) -> dict
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_property_never_over_commit_never_split_never_move(s: Scenario) -> None:
     current = current_placements(s)
@@ -405,7 +410,7 @@ def test_property_never_over_commit_never_split_never_move(s: Scenario) -> None:
             assert all(g <= was.get(k, 0) for k, g in role.placed.items()), "a scale-down added a group"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios())
 def test_property_unplaced_groups_really_had_no_room(s: Scenario) -> None:
     plan = planner.plan(s.inv, s.after, current_placements(s))
@@ -415,7 +420,7 @@ def test_property_unplaced_groups_really_had_no_room(s: Scenario) -> None:
             assert all(free < role.nodes_per_group for free in left.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios(), st.randoms(use_true_random=False))
 def test_property_plans_are_deterministic_whatever_the_input_order(s: Scenario, rnd: object) -> None:
     current = current_placements(s)
@@ -469,7 +474,7 @@ def reference_plan(
     return groups
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_property_batched_planning_equals_the_rules_applied_one_group_at_a_time(s: Scenario) -> None:
     current = current_placements(s)
@@ -478,3 +483,57 @@ def test_property_batched_planning_equals_the_rules_applied_one_group_at_a_time(
     assert {(r.serving, r.role): dict(r.placed) for r in plan.roles} == {
         o: dict(sorted(g.items())) for o, g in expected.items()
     }
+
+
+TOLERATE_MAINTENANCE = (inventory.Toleration("nvidia.com/maintenance", "Exists"),)
+MIXED_REQUIREMENTS = [
+    GB200,
+    dataclasses.replace(GB200, tolerations=TOLERATE_MAINTENANCE),
+    dataclasses.replace(GB200, node_selector=(("pool", "a"),)),
+    dataclasses.replace(GB200, tolerations=TOLERATE_MAINTENANCE, node_selector=(("pool", "b"),)),
+]
+
+
+@st.composite
+def mixed_fleets(draw: st.DrawFn) -> tuple[inventory.Inventory, list[planner.Demand]]:
+    nodes = []
+    for r in range(draw(st.integers(1, 4))):
+        for t in range(draw(st.integers(1, 18))):
+            labels = {fb.CLIQUE_LABEL: fb.clique(r), inventory.PRODUCT_LABEL: GB200.gpu_product}
+            pool = draw(st.sampled_from(["a", "b", None]))
+            if pool:
+                labels["pool"] = pool
+            taints = (inventory.Taint("nvidia.com/maintenance", "rack", "NoSchedule"),) if draw(st.booleans()) else ()
+            nodes.append(inventory.Node(f"rack-{r}-{t:02d}", labels, 4, True, False, taints))
+    demands = [
+        demand(
+            name,
+            npg=draw(st.integers(1, 4)),
+            groups=draw(st.integers(0, 6)),
+            req=draw(st.sampled_from(MIXED_REQUIREMENTS)),
+            strategy=draw(st.sampled_from(["pack", "spread"])),
+        )
+        for name in draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
+    ]
+    return inventory.build(nodes), demands
+
+
+@settings(max_examples=80, deadline=None)
+@given(mixed_fleets(), st.randoms(use_true_random=False))
+def test_property_every_planned_pod_finds_a_node_whatever_the_scheduler_picks(
+    fleet_and_demands: tuple[inventory.Inventory, list[planner.Demand]], rnd: Any
+) -> None:
+    inv, demands = fleet_and_demands
+    plan = planner.plan(inv, demands)
+    for domain in inv.domains():
+        free = list(domain.nodes)
+        pods = [
+            d.requirements
+            for d in demands
+            for _ in range(plan.role(d.serving, d.role).placed.get(domain.key, 0) * d.nodes_per_group)
+        ]
+        rnd.shuffle(pods)
+        for req in pods:  # an adversarial scheduler: any order, any node the pod may use
+            usable = [n for n in free if inventory.usable(n, req)]
+            assert usable, f"a pod needing {req} found no node in {domain.key}"
+            free.remove(rnd.choice(usable))
