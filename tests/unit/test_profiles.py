@@ -10,7 +10,7 @@ import servingbuilder as sb
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvlfleet import facts, hardware, models, problems, profiles
+from nvlfleet import facts, hardware, models, problems, profiles, validation
 
 DECODE = models.RoleName.DECODE
 PREFILL = models.RoleName.PREFILL
@@ -242,10 +242,35 @@ def test_json_keys_are_fields_vllm_knows() -> None:
 COMBINATIONS = [
     (family, gpu, goal, (tensor, nodes))
     for family, gpu, goal, (tensor, nodes) in itertools.product(
-        models.ModelFamily, models.GpuGeneration, models.Goal, [(4, 1), (1, 1), (1, 2), (1, 4)]
+        models.ModelFamily, models.GpuGeneration, models.Goal, [(4, 1), (1, 1), (2, 3), (1, 2), (1, 4)]
     )
     if nodes <= hardware.generation(gpu.value).nodes_per_domain
 ]
+
+
+@pytest.mark.parametrize(("family", "gpu", "goal", "shape"), COMBINATIONS, ids=str)
+@pytest.mark.parametrize("compute_domain", [True, False], ids=["computeDomain", "noComputeDomain"])
+def test_profile_defaults_pass_validation_everywhere(
+    family: models.ModelFamily,
+    gpu: models.GpuGeneration,
+    goal: models.Goal,
+    shape: tuple[int, int],
+    compute_domain: bool,
+) -> None:
+    tensor, nodes = shape
+    serving = sb.serving(
+        family=family.value,
+        gpu=gpu.value,
+        goal=goal.value,
+        tensor=tensor,
+        nodes=nodes,
+        prefill=sb.role(tensor=tensor, nodes=nodes),
+        placement={"computeDomain": compute_domain},
+    )
+
+    review = validation.review_serving(serving)
+
+    assert (review.errors, review.warnings) == ((), ())
 
 
 @pytest.mark.parametrize(("family", "gpu", "goal", "shape"), COMBINATIONS, ids=str)

@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import facts, hardware, models, problems, profiles, render
+from nvlfleet import facts, hardware, models, problems, profiles, render, validation
 
 FACTS = facts.load("0.33.0")
 K8S_VERSION = "1.37.0"
@@ -129,6 +129,12 @@ def test_rendering_matches_the_golden_manifests(name: str) -> None:
     assert golden_cases.rendered(golden_cases.cases()[name]) == golden.read_text(), (
         f"rendering of {name} drifted from {golden.name}: run `make golden` and review the diff"
     )
+
+
+@pytest.mark.parametrize("name", sorted(golden_cases.cases()))
+def test_golden_servings_pass_validation(name: str) -> None:
+    serving, _ = golden_cases.cases()[name]
+    assert validation.review_serving(serving).errors == ()  # render's precondition
 
 
 def test_every_golden_file_has_a_case() -> None:
