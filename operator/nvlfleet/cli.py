@@ -19,9 +19,11 @@ COMMANDS: dict[str, str] = {
     "validate": "check DeepSeekServing files; print each problem with its field path",
     "crd": "print the DeepSeekServing CustomResourceDefinition generated from the models",
     "plan": "show where each serving's groups would go and what is left per NVLink domain",
+    "render": "print every child manifest a serving becomes (LeaderWorkerSets, ComputeDomains, Services)",
     "economics": "tokens/s, speculative yield and revenue per GPU-hour from two saved vLLM /metrics scrapes",
     "simulate": "run simulated vLLM 0.33 endpoints (/metrics, /health, /v1/models) for demos and tests",
     "dashboards": "write the generated Grafana dashboards and Prometheus alerts into the Helm chart",
+    "run": "run the operator (kopf) against the current cluster",
 }
 
 
