@@ -1,0 +1,146 @@
+"""``nvlfleet run``: run the operator (kopf) against the current cluster.
+
+The flags become ``NVLFLEET_*`` settings read by ``nvlfleet.main`` (so ``kopf run -m nvlfleet.main`` and this
+command run the same operator), then kopf starts cluster-wide: nodes and GPU pods are always watched everywhere
+because a rack's free capacity is a cluster fact; ``--namespace`` limits which DeepSeekServings are reconciled.
+
+Leader election (``--leader-election-lease``) uses a ``coordination.k8s.io`` Lease, the way controller-runtime
+does: a replica starts kopf only once it holds the Lease, renews it every few seconds, and stops (exit 1, so
+its Deployment restarts it as a standby) as soon as it cannot renew within the deadline — before the Lease
+expires for the others, so two replicas never reconcile at once. A clean shutdown releases the Lease so a
+standby takes over immediately.
+
+Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when the Lease was lost or kopf failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import time
+
+from nvlfleet import kube
+
+LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
+RENEW_SECONDS = 5  # how often the leader renews
+RENEW_DEADLINE_SECONDS = 10  # a leader that could not renew for this long stops (< LEASE_SECONDS)
+
+log = logging.getLogger("nvlfleet.run")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="reconcile DeepSeekServings in this namespace only (repeatable)",
+    )
+    scope.add_argument("--all-namespaces", action="store_true", help="reconcile every namespace (the default)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and health endpoints")  # noqa: S104
+    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0: none)")
+    parser.add_argument("--health-port", type=int, default=8080, help="kopf liveness /healthz port (0: none)")
+    parser.add_argument("--webhook-port", type=int, default=0, help="serve the validating admission webhook here")
+    parser.add_argument(
+        "--webhook-cert-dir",
+        help="directory with tls.crt, tls.key (and ca.crt) for the webhook; the webhook configuration is then "
+        "managed by whoever issued them (the Helm chart). Without it: a self-signed CA and an nvlfleet-managed "
+        "ValidatingWebhookConfiguration pointing at --webhook-host",
+    )
+    parser.add_argument(
+        "--webhook-host", default="127.0.0.1", help="address the API server calls without --webhook-cert-dir"
+    )
+    parser.add_argument("--leader-election-lease", metavar="NAME", help="elect one active replica with this Lease")
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
+    )
+    parser.add_argument("--recheck-seconds", type=float, default=60.0, help="period of the level re-check")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = {
+        "NVLFLEET_NAMESPACES": ",".join(args.namespace),
+        "NVLFLEET_BIND_ADDRESS": args.bind_address,
+        "NVLFLEET_METRICS_PORT": str(args.metrics_port),
+        "NVLFLEET_WEBHOOK_PORT": str(args.webhook_port),
+        "NVLFLEET_WEBHOOK_HOST": args.webhook_host,
+        "NVLFLEET_WEBHOOK_CERT_DIR": args.webhook_cert_dir or "",
+        "NVLFLEET_RECHECK_SECONDS": str(args.recheck_seconds),
+    }
+    os.environ.update(settings)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # read by kopf's login and by nvlfleet.kube
+    import kopf
+
+    kopf.configure(verbose=args.log_level == "debug", quiet=args.log_level in ("warning", "error"))
+    logging.getLogger().setLevel(args.log_level.upper())
+    return asyncio.run(_operate(args))
+
+
+async def _operate(args: argparse.Namespace) -> int:
+    import kopf
+
+    from nvlfleet import main  # noqa: F401 — after the settings are set: importing registers the handlers
+
+    stop = asyncio.Event()
+    lost = asyncio.Event()
+    api: kube.Api | None = None
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    renewing: asyncio.Task[None] | None = None
+    if args.leader_election_lease:
+        api = kube.Api(kube.connect(args.kubeconfig))
+        await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
+        renewing = asyncio.create_task(
+            _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, stop, lost)
+        )
+    liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
+    log.info("nvlfleet operator %s starting (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
+    try:
+        await kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, liveness_endpoint=liveness)
+    finally:
+        if renewing is not None:
+            renewing.cancel()
+        if api is not None and not lost.is_set():
+            await asyncio.to_thread(
+                api.release_lease, args.leader_election_namespace, args.leader_election_lease, identity
+            )
+    return 1 if lost.is_set() else 0
+
+
+async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> None:
+    announced = False
+    while not await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS):
+        if not announced:
+            log.info("standing by: Lease %s/%s is held by another replica", namespace, name)
+            announced = True
+        await asyncio.sleep(RENEW_SECONDS)
+    log.info("became the leader (Lease %s/%s)", namespace, name)
+
+
+async def _renew(
+    api: kube.Api, namespace: str, name: str, identity: str, stop: asyncio.Event, lost: asyncio.Event
+) -> None:
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(RENEW_SECONDS)
+        try:
+            held = await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS)
+        except Exception as err:  # the API server may be unreachable for a moment; the deadline decides
+            log.warning("could not renew Lease %s/%s: %s", namespace, name, err)
+            held = None
+        if held:
+            last = time.monotonic()
+            continue
+        if held is False or time.monotonic() - last > RENEW_DEADLINE_SECONDS:
+            log.error("lost Lease %s/%s; stopping so that only one replica reconciles", namespace, name)
+            lost.set()
+            stop.set()
+            return
