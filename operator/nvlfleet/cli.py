@@ -24,7 +24,6 @@ COMMANDS: dict[str, str] = {
     "simulate": "run simulated vLLM 0.33 endpoints (/metrics, /health, /v1/models) for demos and tests",
     "dashboards": "write the generated Grafana dashboards and Prometheus alerts into the Helm chart",
     "run": "run the operator (kopf) against the current cluster",
-    "run": "run the operator (kopf) against the current cluster",
 }
 
 
