@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import facts, hardware, models, problems, profiles, render, validation
+from nvlfleet import cli, facts, hardware, inventory, models, planner, problems, profiles, render, validation
 
 FACTS = facts.load("0.33.0")
 K8S_VERSION = "1.37.0"
@@ -521,3 +521,59 @@ def test_a_name_that_cannot_name_a_service_is_a_problem() -> None:
         render.render(sb.serving(name="9-lives"))
 
     assert [p.path for p in err.value.problems] == ["metadata.name"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nvlfleet render
+
+
+EXAMPLE = ROOT / "examples/gb200-wide-ep-throughput.yaml"
+NODES = Path(__file__).parent / "data/nodes-gb200-4racks.yaml"
+
+
+def test_render_command_prints_unpinned_manifests_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["render", "-f", str(EXAMPLE)]) == 0
+
+    out, err = capsys.readouterr()
+    serving = models.DeepSeekServing.model_validate(yaml.safe_load(EXAMPLE.read_text()))
+    assert list(yaml.safe_load_all(out)) == render.render(serving)
+    assert "unpinned" in err and "nvidia.com/gpu.clique Exists" in err
+
+
+def test_render_command_places_groups_on_the_given_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["render", "-f", str(EXAMPLE), "--nodes", str(NODES), "-o", "json"]) == 0
+
+    out, err = capsys.readouterr()
+    manifests = json.loads(out)
+    serving = models.DeepSeekServing.model_validate(yaml.safe_load(EXAMPLE.read_text()))
+    node_list = yaml.safe_load(NODES.read_text())["items"]
+    plan = planner.plan(inventory.from_objects(node_list), planner.demands(serving))
+    assert manifests == render.render(serving, plan.placement(inventory.ServingKey("inference", serving.metadata.name)))
+    assert all(m["metadata"]["labels"]["nvlfleet.io/domain"] != "unpinned" for m in kinds(manifests, "LeaderWorkerSet"))
+    assert err == ""
+
+
+def test_render_command_reports_invalid_specs_with_field_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = sb.serving_dict(tensor=3)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+
+    assert cli.main(["render", "-f", str(path)]) == 1
+
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"{path}: spec.roles.decode.parallelism.tensor: " in err and "Traceback" not in err
+
+
+def test_render_command_says_which_groups_do_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(sb.serving_dict(tensor=1, nodes=4, groups=40)))
+
+    assert cli.main(["render", "-f", str(path), "--nodes", str(NODES)]) == 2
+
+    out, err = capsys.readouterr()
+    placed = sum(lws["spec"]["replicas"] for lws in kinds(list(yaml.safe_load_all(out)), "LeaderWorkerSet"))
+    assert 0 < placed < 40
+    assert "group(s) not placed" in err
