@@ -639,8 +639,10 @@ class Scraper:
     async def _fetch(self, url: str) -> tuple[bytes, float]:
         assert self._session is not None
         try:
+            asked = self._clock()
             async with self._session.get(url, params=METRICS_QUERY) as response:
-                at = self._clock()  # the server rendered the text just before answering
+                # The server rendered the text somewhere between our asking and its answer: take the middle.
+                at = (asked + self._clock()) / 2
                 if response.status != 200:
                     raise ScrapeError("http_status", f"HTTP {response.status} from {url}")
                 if (response.content_length or 0) > self._max_body:
