@@ -27,10 +27,9 @@ import yaml
 
 from nvlfleet import dashboards
 
-# Metric names shared with the dashboards (one list, checked against telemetry by the tests), plus the two status
-# gauges the reconciler exports.
-SERVING_CONDITION = "nvlfleet_serving_condition"  # {namespace, serving, condition} 1 = True
-GROUPS = "nvlfleet_groups"  # {namespace, serving, role, state=desired|placed|ready}
+# Metric names are shared with the dashboards (one list, checked against telemetry by the tests), plus the status
+# conditions the reconciler sets, as a gauge: 1 while the condition is True, else 0.
+SERVING_CONDITION = "nvlfleet_serving_condition"  # {namespace, serving, condition=Ready|Placed|...}
 
 PARITY_TARGET = 0.9
 REVENUE_DROP_RATIO = 0.7  # fire below 70 % of the preceding hours' base-price revenue per GPU-hour
@@ -110,13 +109,10 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetGroupUnplaceable",
-            expr=(
-                f'sum by (namespace, serving, role) ({GROUPS}{{state="desired"}})\n'
-                f'  - sum by (namespace, serving, role) ({GROUPS}{{state="placed"}}) > 0'
-            ),
+            expr=f'{SERVING_CONDITION}{{condition="Placed"}} == 0',
             for_="10m",
             severity="warning",
-            summary=f"{{{{ $value }}}} {{{{ $labels.role }}}} group(s) of {_SERVING} fit in no NVLink domain.",
+            summary=f"Groups of {_SERVING} fit in no NVLink domain.",
             description=(
                 "No NVLink domain has enough free nodes for a whole group, and groups never span domains. "
                 "The serving's Placed condition names the largest free block; free nodes (drain, repair) or "
