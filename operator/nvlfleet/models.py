@@ -33,6 +33,8 @@ CATEGORIES = ["nvlfleet"]
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_SPECULATIVE_TOKENS = 3
 DEFAULT_DOMAIN_LABEL = "nvidia.com/gpu.clique"
+DEFAULT_MIN_BATCH = 8
+DEFAULT_MAX_BATCH = 256
 
 # A DNS-1123 label: what a Secret, PVC or container name must be.
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -358,8 +360,15 @@ class ExpertLoadBalancing(_Model):
 class CudaGraphSpec(_Model):
     """CUDA graphs: the mode and the batch sizes captured."""
 
+    # The CRD does not default minBatch/maxBatch (the profile tells set from unset), so the rule supplies them.
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(("self.minBatch <= self.maxBatch", "minBatch must not exceed maxBatch"))
+        json_schema_extra=_cel(
+            (
+                f"(has(self.minBatch) ? self.minBatch : {DEFAULT_MIN_BATCH}) "
+                f"<= (has(self.maxBatch) ? self.maxBatch : {DEFAULT_MAX_BATCH})",
+                "minBatch must not exceed maxBatch",
+            )
+        )
     )
 
     mode: Annotated[
@@ -374,10 +383,10 @@ class CudaGraphSpec(_Model):
     ] = None
     min_batch: Annotated[
         int, pydantic.Field(description="Smallest concurrency the graphs must cover.", ge=1, le=8192)
-    ] = 8
+    ] = DEFAULT_MIN_BATCH
     max_batch: Annotated[
         int, pydantic.Field(description="Largest concurrency the graphs must cover.", ge=1, le=8192)
-    ] = 256
+    ] = DEFAULT_MAX_BATCH
 
 
 class KernelSpec(_Model):
@@ -442,11 +451,14 @@ class PriceWindow(_Model):
     )
 
     name: Annotated[str, pydantic.Field(description="Label for the window, e.g. off-peak.", max_length=63)]
-    start: Annotated[str, pydantic.Field(description="Start, HH:MM UTC (inclusive).", pattern=_HHMM)]
+    # maxLength bounds the CEL cost estimate of the rule above (a pattern does not).
+    start: Annotated[str, pydantic.Field(description="Start, HH:MM UTC (inclusive).", pattern=_HHMM, max_length=5)]
     end: Annotated[
         str,
         pydantic.Field(
-            description="End, HH:MM UTC (exclusive); before start means it crosses midnight.", pattern=_HHMM
+            description="End, HH:MM UTC (exclusive); before start means it crosses midnight.",
+            pattern=_HHMM,
+            max_length=5,
         ),
     ]
     multiplier: Annotated[float, pydantic.Field(description="Price multiplier inside the window.", gt=0, le=100)]
@@ -550,32 +562,71 @@ class MonitoringSpec(_Model):
 
 
 def _topology_cel() -> dict[str, Any]:
-    """CEL rules for the topology arithmetic that fits in CEL, built from the hardware data (one source)."""
-    gens = hardware.generations().values()
-    gpus = "{" + ", ".join(f"'{g.name}': {g.gpus_per_node}" for g in gens) + "}[self.gpu]"
-    nodes = "{" + ", ".join(f"'{g.name}': {g.nodes_per_domain}" for g in gens) + "}[self.gpu]"
+    """CEL rules for the topology arithmetic that fits in CEL, built from the hardware data (one source).
+
+    Messages name numbers through string-valued map lookups: the API server's cost estimator takes ``string(int)``
+    as unbounded and refuses the CRD, while a lookup of constant strings is cheap.
+    """
+    gens = list(hardware.generations().values())
+
+    def lookup(value: Any) -> str:
+        return "{" + ", ".join(f"'{g.name}': {value(g)}" for g in gens) + "}[self.gpu]"
+
+    gpn = lookup(lambda g: g.gpus_per_node)
+    domain_nodes = lookup(lambda g: g.nodes_per_domain)
+    gpn_text = lookup(lambda g: f"'{g.gpus_per_node}'")
+    domain_text = lookup(
+        lambda g: f"'{g.nodes_per_domain} node{'s' if g.nodes_per_domain > 1 else ''} ({g.gpus_per_domain} GPUs)'"
+    )
     rules: list[dict[str, str]] = []
     for role in ("decode", "prefill"):
         guard = f"!has(self.roles.{role}) || " if role == "prefill" else ""
         par = f"self.roles.{role}.parallelism"
-        rules.append(
-            {
-                "rule": f"{guard}{par}.tensor <= {gpus}",
-                "messageExpression": f"'tensor-parallel size ' + string({par}.tensor) + ' is larger than the '"
-                f" + string({gpus}) + ' GPUs of one ' + self.gpu + ' node'",
-                "fieldPath": f".roles.{role}.parallelism.tensor",
-                "reason": "FieldValueInvalid",
-            }
+        node = "' GPUs of one ' + self.gpu + ' node"
+        # nodes per group as models.role_topology resolves it (ceil(tensor × data / GPUs per node)).
+        nodes = (
+            f"(has({par}.nodesPerGroup) ? {par}.nodesPerGroup : has({par}.data) ? "
+            f"({par}.tensor * {par}.data + {gpn} - 1) / {gpn} : 1)"
         )
-        rules.append(
-            {
-                "rule": f"{guard}!has({par}.nodesPerGroup) || {par}.nodesPerGroup <= {nodes}",
-                "messageExpression": f"'a group of ' + string({par}.nodesPerGroup) + ' nodes does not fit in one '"
-                f" + self.gpu + ' NVLink domain of ' + string({nodes}) + ' nodes'",
-                "fieldPath": f".roles.{role}.parallelism.nodesPerGroup",
-                "reason": "FieldValueInvalid",
-            }
-        )
+        checks = [
+            (
+                f"{par}.tensor <= {gpn}",
+                f"'{role}: tensor-parallel size must not exceed the ' + {gpn_text} + {node}; use data parallelism "
+                "across nodes instead'",
+                "tensor",
+            ),
+            (
+                f"{par}.tensor > {gpn} || {gpn} % {par}.tensor == 0",
+                f"'{role}: tensor-parallel size must divide the ' + {gpn_text} + {node}'",
+                "tensor",
+            ),
+            (
+                f"!has({par}.data) || ({par}.tensor * {par}.data) % {gpn} == 0",
+                f"'{role}: tensor × data must fill whole nodes of ' + {gpn_text} + ' GPUs (one vLLM pod per ' + "
+                "self.gpu + ' node)'",
+                "data",
+            ),
+            (
+                f"!has({par}.data) || !has({par}.nodesPerGroup) || {par}.tensor * {par}.data == "
+                f"{par}.nodesPerGroup * {gpn}",
+                f"'{role}: tensor × data must equal nodesPerGroup × ' + {gpn_text} + {node}'",
+                "data",
+            ),
+            (
+                f"{nodes} <= {domain_nodes}",
+                f"'{role}: a group must fit in one ' + self.gpu + ' NVLink domain of ' + {domain_text}",
+                "nodesPerGroup",
+            ),
+        ]
+        for rule, message, field in checks:
+            rules.append(
+                {
+                    "rule": guard + rule,
+                    "messageExpression": message,
+                    "fieldPath": f".roles.{role}.parallelism.{field}",
+                    "reason": "FieldValueInvalid",
+                }
+            )
     return {"x-kubernetes-validations": rules}
 
 
@@ -667,6 +718,10 @@ class DeepSeekServingStatus(_Model):
     ] = pydantic.Field(default_factory=dict)
     ready: Annotated[str | None, pydantic.Field(description="Ready groups / desired groups, e.g. 3/4.")] = None
     ready_groups: Annotated[int | None, pydantic.Field(description="Groups whose pods are all Ready.")] = None
+    decode_ready_groups: Annotated[
+        int | None,
+        pydantic.Field(description="Decode groups whose pods are all Ready (the replicas of the scale subresource)."),
+    ] = None
     desired_groups: Annotated[int | None, pydantic.Field(description="Groups asked for, all roles.")] = None
     gpus: Annotated[int | None, pydantic.Field(description="GPUs allocated to placed groups.")] = None
     tokens_per_second: Annotated[

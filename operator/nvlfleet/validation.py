@@ -441,11 +441,11 @@ def _check_topology(
         )
         return False
     if gpn % par.tensor:
-        fits = ", ".join(str(t) for t in range(1, gpn + 1) if gpn % t == 0)
+        fits = _or([str(t) for t in range(1, gpn + 1) if gpn % t == 0])
         out.error(
             f"{base}.tensor",
             f"{role.value}: tensor-parallel size {par.tensor} does not divide the {gpn} GPUs of a {gen.name} node, "
-            f"so {gpn % par.tensor} GPU(s) of every node would sit idle; use {fits}",
+            f"so {gpn % par.tensor} GPU(s) of every node would sit idle; use tensor {fits}",
         )
         return False
     ok = True
