@@ -334,6 +334,12 @@ class OperatorMetrics:
             ["state"],
             registry=r,
         )
+        self.serving_condition = prometheus_client.Gauge(
+            "nvlfleet_serving_condition",
+            "1 while the serving's status condition (Ready, Placed, ...) is True, else 0.",
+            ["namespace", "serving", "condition"],
+            registry=r,
+        )
         self.domain_free_nodes = prometheus_client.Gauge(
             "nvlfleet_domain_free_nodes",
             "Schedulable nodes without a group, per NVLink domain.",
@@ -365,20 +371,41 @@ class OperatorMetrics:
         for domain, free in free_by_domain.items():
             self.domain_free_nodes.labels(domain).set(free)
 
+    def set_conditions(self, namespace: str, serving: str, conditions: Mapping[str, bool]) -> None:
+        """Replace a serving's condition gauges: ``{"Ready": True, "Placed": False, ...}``."""
+        for labels in _series_of(self.serving_condition, ("namespace", "serving", "condition"), namespace, serving):
+            if labels[2] not in conditions:
+                self.serving_condition.remove(*labels)
+        for condition, true in conditions.items():
+            self.serving_condition.labels(namespace, serving, condition).set(1 if true else 0)
+
     def forget_serving(self, namespace: str, serving: str) -> None:
         """Drop a deleted serving's labelled series."""
         for metric, names in (
             (self.reconcile_total, ("namespace", "serving")),
             (self.reconcile_errors_total, ("namespace", "serving", "reason")),
             (self.scrape_errors_total, ("namespace", "serving", "reason")),
+            (self.serving_condition, ("namespace", "serving", "condition")),
         ):
-            for family in metric.collect():
-                for sample in family.samples:
-                    if sample.name.endswith("_total") and (
-                        sample.labels["namespace"],
-                        sample.labels["serving"],
-                    ) == (namespace, serving):
-                        metric.remove(*(sample.labels[n] for n in names))
+            for labels in _series_of(metric, names, namespace, serving):
+                metric.remove(*labels)
+
+
+def _series_of(
+    metric: prometheus_client.Counter | prometheus_client.Gauge, names: Sequence[str], namespace: str, serving: str
+) -> list[tuple[str, ...]]:
+    """Label values of ``metric``'s series that belong to one serving (``names`` in declaration order)."""
+    found = set()
+    for family in metric.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_created") or (labels.get("namespace"), labels.get("serving")) != (
+                namespace,
+                serving,
+            ):
+                continue
+            found.add(tuple(labels[n] for n in names))
+    return sorted(found)
 
 
 async def start_exporter(metrics: OperatorMetrics, *, host: str, port: int) -> web.AppRunner:

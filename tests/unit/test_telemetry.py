@@ -486,6 +486,10 @@ def test_operator_metrics_live_on_their_own_registry() -> None:
         pass
     a.set_free_nodes({"clique-a": 3, "clique-b": 0})
     a.set_free_nodes({"clique-a": 2})
+    a.set_conditions("ml", "flash", {"Ready": False, "Placed": True, "Progressing": True})
+    a.set_conditions("ml", "flash", {"Ready": True, "Placed": True})
+    a.set_conditions("ml", "gone", {"Ready": True})
+    a.forget_serving("ml", "gone")
 
     value = a.registry.get_sample_value
     assert value("nvlfleet_reconcile_total", {"namespace": "ml", "serving": "flash"}) == 2
@@ -496,6 +500,13 @@ def test_operator_metrics_live_on_their_own_registry() -> None:
     assert value("nvlfleet_planner_duration_seconds_count") == 1
     assert value("nvlfleet_domain_free_nodes", {"domain": "clique-a"}) == 2
     assert value("nvlfleet_domain_free_nodes", {"domain": "clique-b"}) is None
+    conditions = {
+        s.labels["condition"]: s.value
+        for s in a.serving_condition.collect()[0].samples
+        if s.labels["serving"] == "flash"
+    }
+    assert conditions == {"Ready": 1.0, "Placed": 1.0}
+    assert not [s for s in a.serving_condition.collect()[0].samples if s.labels["serving"] == "gone"]
     assert b.registry.get_sample_value("nvlfleet_reconcile_duration_seconds_count") == 0
 
 
