@@ -562,18 +562,21 @@ class Scraper:
         parity_reference: float | None = None,
         disaggregated: bool | None = None,
     ) -> None:
-        """Declare a serving's ready leaders (all of them, each call). Samples of leaders kept are kept.
+        """Declare a serving's ready leaders (all of them, each call); leaders already known keep their samples.
 
-        ``disaggregated`` (a prefill role exists) defaults to "some target has role prefill".
+        ``disaggregated``: the spec has a prefill role (pass ``spec.roles.prefill is not None``: while no prefill
+        leader is ready yet, decode must still not bill prompts). ``None`` guesses from the targets' roles.
+        Raises ``problems.InvalidSpec`` for a schedule with overlapping windows (validation rejects those too).
         """
         key = (namespace, serving)
         old = self._servings.get(key)
         states = {}
         for target in targets:
             state = old.targets.get(target.url) if old else None
-            if state is not None and state.target != target:
-                state = dataclasses.replace(state, target=target)
-            states[target.url] = state or _TargetState(target)
+            if state is None:
+                state = _TargetState(target)
+            state.target = target  # in place: a scrape in flight updates this very state
+            states[target.url] = state
         if disaggregated is None:
             disaggregated = any(t.role == models.RoleName.PREFILL for t in targets)
         if pricing is not None and (found := economics.schedule_problems(pricing)):
