@@ -13,11 +13,10 @@ import datetime
 import pathlib
 import time
 
+import localprometheus  # cluster/ is on the path (Makefile, or tests/integration/conftest.py)
 import pytest
 
 from nvlfleet import models, telemetry, vllmsim
-
-localprometheus = pytest.importorskip("localprometheus", reason="cluster/ must be on PYTHONPATH (the Makefile does)")
 
 pytestmark = pytest.mark.integration
 
