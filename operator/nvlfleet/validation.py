@@ -717,6 +717,13 @@ def _settings(
     gen = hardware.generation(spec.gpu.value)
     topology = tuning.topology
     par_path = f"spec.roles.{role.value}.parallelism"
+    par = profiles.role_spec(spec, role).parallelism
+    # Only what the user wrote is theirs to be blamed for; derived sizes point elsewhere.
+    written = {
+        "tensor": "tensor" in par.model_fields_set,
+        "data": par.data is not None,
+        "nodesPerGroup": par.nodes_per_group is not None,
+    }
     values: dict[str, facts.Scalar] = {
         "attentionBackend": tuning.attention_backend,
         "moeBackend": tuning.moe_backend,
@@ -748,10 +755,12 @@ def _settings(
         "gpu": _Setting(gen.name, "spec.gpu"),
         "computeCapability": _Setting(gen.compute_capability, "spec.gpu"),
         "multiNodeNvlink": _Setting(gen.multi_node_nvlink, "spec.gpu"),
-        "tensor": _Setting(topology.tensor, f"{par_path}.tensor"),
-        "data": _Setting(topology.data, f"{par_path}.data"),
-        "gpusPerGroup": _Setting(topology.gpus_per_group, par_path),
-        "nodesPerGroup": _Setting(topology.nodes_per_group, f"{par_path}.nodesPerGroup"),
+        "tensor": _Setting(topology.tensor, f"{par_path}.tensor" if written["tensor"] else None),
+        "data": _Setting(topology.data, f"{par_path}.data" if written["data"] else None),
+        "gpusPerGroup": _Setting(topology.gpus_per_group, par_path if any(written.values()) else None),
+        "nodesPerGroup": _Setting(
+            topology.nodes_per_group, f"{par_path}.nodesPerGroup" if written["nodesPerGroup"] else None
+        ),
         "decodeBackend": _Setting(_scalar(tuning.additional_config.get("decode_backend")), None),
         "indexerKvDtype": _Setting(_scalar(tuning.attention_config.get("indexer_kv_dtype")), None),
         "indexerSparseLogits": _Setting(_scalar(tuning.attention_config.get("indexer_sparse_logits")), None),
