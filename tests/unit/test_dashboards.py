@@ -85,7 +85,8 @@ class FakeClock:
 
 async def _exercise_telemetry() -> str:
     """Everything the operator can export, made to appear: a priced disaggregated serving with speculative
-    decoding and a parity reference, a serving whose leader is down, reconciles (one failing), a plan, free nodes.
+    decoding and a parity reference, a serving whose leader is down, reconciles (one failing), a plan, free nodes,
+    status conditions.
     Returns the exposition text of the operator's registry."""
     clock = FakeClock(T0 - 3600)
     sim = vllmsim.Simulator(clock=clock)
@@ -129,6 +130,7 @@ async def _exercise_telemetry() -> str:
         with pytest.raises(RuntimeError), metrics.reconciling("ml", "flash"):
             raise RuntimeError("a failing pass")
         metrics.set_free_nodes({"clique-a": 3, "clique-b": 0})
+        metrics.set_conditions("ml", "flash", {"Ready": True, "Placed": True, "Progressing": False})
         return prometheus_client.generate_latest(metrics.registry).decode()
     finally:
         await scraper.close()

@@ -1,0 +1,508 @@
+"""The Helm chart, rendered for real with the pinned helm: lint, Kubernetes schemas, values schema, security
+defaults, RBAC shape, webhook certificates, dashboards and alerts wiring, and agreement with the code it packages
+(CRD, webhook path, image user, version). Installing it into a cluster is tests/integration/test_chart_install.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import nvlfleet
+from nvlfleet import alerts, dashboards
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "nvlfleet"
+sys.path.insert(0, str(REPO / "cluster"))
+
+import localprometheus  # noqa: E402  (cluster/ is on PYTHONPATH under make; a bare pytest gets it here)
+from localcluster import binaries  # noqa: E402
+
+NAMESPACE = "nvlfleet-system"
+RELEASE = "fleet"
+FULLNAME = "fleet-nvlfleet"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas at hand.
+K8S_VERSIONS = ("1.34.0", kubernetes_validate.latest_version())
+# Kinds of the prometheus-operator and cert-manager APIs; kubernetes-validate knows only the built-in ones.
+THIRD_PARTY = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+EVERYTHING_ON = {
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "prometheusRule": {"enabled": True},
+    "webhook": {"certManager": {"enabled": True}},
+    "operator": {"watchNamespaces": ["inference-a", "inference-b"]},
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> pathlib.Path:
+    return binaries.kubectl_and_helm()["helm"]
+
+
+def run_helm(helm: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def render(
+    helm: pathlib.Path, values: dict[str, Any] | None = None, sets: Sequence[str] = (), tmp: pathlib.Path | None = None
+) -> list[dict[str, Any]]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    if values:
+        assert tmp is not None
+        path = tmp / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        args += ["--values", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lint and schemas
+
+
+def test_helm_lint_passes_with_defaults_and_with_everything_on(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "on.yaml").write_text(yaml.safe_dump(EVERYTHING_ON))
+    for extra in ([], ["--values", str(tmp_path / "on.yaml")]):
+        result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", [{}, EVERYTHING_ON], ids=["defaults", "everything-on"])
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_built_in_object_is_valid_against_the_kubernetes_schemas(
+    helm: pathlib.Path, tmp_path: pathlib.Path, values: dict[str, Any], version: str
+) -> None:
+    for obj in render(helm, values, tmp=tmp_path):
+        if obj["kind"] in THIRD_PARTY:
+            continue
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {err.message} at {list(err.path)}")
+
+
+def test_the_defaults_render_exactly_the_operator_and_nothing_optional(helm: pathlib.Path) -> None:
+    assert kinds(render(helm)) == sorted(
+        [
+            ("ClusterRole", f"{FULLNAME}-cluster"),
+            ("ClusterRole", f"{FULLNAME}-manager"),
+            ("ClusterRoleBinding", f"{FULLNAME}-cluster"),
+            ("ClusterRoleBinding", f"{FULLNAME}-manager"),
+            ("ConfigMap", f"{FULLNAME}-dashboard-nvlfleet-fleet"),
+            ("ConfigMap", f"{FULLNAME}-dashboard-nvlfleet-operator"),
+            ("ConfigMap", f"{FULLNAME}-dashboard-nvlfleet-serving"),
+            ("CustomResourceDefinition", "deepseekservings.nvlfleet.io"),
+            ("Deployment", FULLNAME),
+            ("Role", f"{FULLNAME}-leader-election"),
+            ("RoleBinding", f"{FULLNAME}-leader-election"),
+            ("Secret", f"{FULLNAME}-webhook-tls"),
+            ("Service", f"{FULLNAME}-metrics"),
+            ("Service", f"{FULLNAME}-webhook"),
+            ("ServiceAccount", FULLNAME),
+            ("ValidatingWebhookConfiguration", FULLNAME),
+        ]
+    )
+
+
+def test_a_misspelt_value_is_refused_with_its_path(helm: pathlib.Path) -> None:
+    for typo, path in (
+        ("operator.watchNamespace={a}", "/operator"),
+        ("replicas=2", ""),
+        ("grafana.dashboards.lable=x", "/grafana/dashboards"),
+        ("webhook.failurePolicy=fail", "/webhook/failurePolicy"),
+    ):
+        result = run_helm(helm, "template", RELEASE, str(CHART), "--set", typo)
+        assert result.returncode != 0, typo
+        assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+        assert f"at '{path}'" in result.stderr, result.stderr
+
+
+def _values_keys(node: Any, prefix: str = "") -> set[str]:
+    keys = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            keys.add(prefix + key)
+            keys |= _values_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def _schema_keys(schema: dict[str, Any], node: dict[str, Any], prefix: str = "") -> set[str]:
+    keys = set()
+    for key, sub in (node.get("properties") or {}).items():
+        if "$ref" in sub:
+            sub = schema["definitions"][sub["$ref"].rsplit("/", 1)[1]]
+        keys.add(prefix + key)
+        if sub.get("additionalProperties") is False:
+            keys |= _schema_keys(schema, sub, f"{prefix}{key}.")
+    return keys
+
+
+def test_the_schema_describes_every_key_of_values_yaml_and_no_stale_one() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    in_values = _values_keys(values)
+    described = _schema_keys(schema, schema) - {"global"}
+    # Objects handed to Kubernetes as they are (securityContext, probes, ...) are open in the schema: described,
+    # but none of their children is.
+    open_objects = {k for k in described if not any(d.startswith(k + ".") for d in described)}
+    passthrough = {k for k in in_values if any(k.startswith(o + ".") for o in open_objects)}
+    assert in_values - passthrough <= described, "keys of values.yaml the schema does not know"
+    # A described key values.yaml leaves out must belong to an object values.yaml has (e.g. issuerRef.name).
+    stale = {k for k in described - in_values if k.rpartition(".")[0] not in in_values}
+    assert stale == set()
+
+
+def test_every_value_has_a_helm_docs_comment() -> None:
+    """helm-docs documents a key by the `# --` comment block right above it. Every leaf needs one, unless an
+    enclosing object is documented as a whole (e.g. `resources`); objects that only group keys need none."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    entries = []  # (indent, key, documented, opens a block)
+    for i, line in enumerate(lines):
+        match = re.match(r"^( *)([A-Za-z]\w*):(.*)$", line)
+        if not match:
+            continue
+        j = i - 1
+        while j >= 0 and lines[j].strip().startswith("#") and not lines[j].strip().startswith("# --"):
+            j -= 1
+        entries.append((len(match[1]), match[2], j >= 0 and lines[j].strip().startswith("# --"), not match[3].strip()))
+    undocumented = []
+    path: list[tuple[int, str, bool]] = []
+    for n, (indent, key, documented, opens) in enumerate(entries):
+        while path and path[-1][0] >= indent:
+            path.pop()
+        covered = any(doc for _, _, doc in path)
+        is_parent = opens and n + 1 < len(entries) and entries[n + 1][0] > indent
+        if not (documented or covered or is_parent):
+            undocumented.append(".".join([*(k for _, k, _ in path), key]))
+        path.append((indent, key, documented))
+    assert undocumented == []
+
+
+def test_the_chart_version_is_the_operator_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == nvlfleet.__version__
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CRD: the chart ships the generated one
+
+
+def test_the_chart_ships_the_generated_crd_byte_for_byte() -> None:
+    generated = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    assert generated, "crds/ holds the CRD generated from the models (make crd)"
+    shipped = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert shipped == generated, "run `make generated`"
+    for name in generated:
+        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), f"{name}: make generated"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The operator's pod: restricted Pod Security, probes, resources, and the image it runs
+
+
+def test_the_pod_meets_the_restricted_pod_security_standard(helm: pathlib.Path) -> None:
+    pod = one(render(helm), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    assert not any("hostPath" in v for v in pod["volumes"])
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+def test_the_pod_runs_as_the_images_user() -> None:
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", (REPO / "Dockerfile").read_text(), flags=re.M)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert (values["securityContext"]["runAsUser"], values["securityContext"]["runAsGroup"]) == tuple(map(int, user))
+
+
+def test_the_operator_has_probes_resources_and_its_ports(helm: pathlib.Path) -> None:
+    (container,) = one(render(helm), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
+    assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 9090, "health": 8080, "webhook": 9443}
+    assert container["image"] == f"ghcr.io/nvlfleet/nvlfleet:{nvlfleet.__version__}"
+
+
+def test_a_digest_pins_the_image(helm: pathlib.Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    (container,) = one(render(helm, sets=[f"image.digest={digest}"]), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["image"] == f"ghcr.io/nvlfleet/nvlfleet@{digest}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RBAC: least privilege, by construction
+
+
+def rules(objects: list[dict[str, Any]]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """Every rule of every role as (role, apiGroup/resource, verbs, resourceNames)."""
+    out = []
+    for obj in objects:
+        if obj["kind"] in ("ClusterRole", "Role"):
+            for rule in obj["rules"]:
+                for group in rule.get("apiGroups", []):
+                    for resource in rule.get("resources", []):
+                        out.append(
+                            (
+                                obj["metadata"]["name"],
+                                f"{group}/{resource}",
+                                tuple(rule["verbs"]),
+                                tuple(rule.get("resourceNames", ())),
+                            )
+                        )
+    return out
+
+
+@pytest.mark.parametrize("values", [{}, EVERYTHING_ON], ids=["defaults", "everything-on"])
+def test_rbac_has_no_wildcards_no_secrets_and_no_escalation(
+    helm: pathlib.Path, tmp_path: pathlib.Path, values: dict[str, Any]
+) -> None:
+    objects = render(helm, values, tmp=tmp_path)
+    for obj in objects:
+        for rule in obj.get("rules", []) if obj["kind"] in ("ClusterRole", "Role") else []:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), (obj["metadata"]["name"], rule)
+            assert "nonResourceURLs" not in rule
+    granted = rules(objects)
+    assert not [r for r in granted if r[1].split("/")[1] in ("secrets", "configmaps")]
+    assert not [r for r in granted if set(r[2]) & {"escalate", "bind", "impersonate", "deletecollection"}]
+    assert not [r for r in granted if r[1].startswith(("rbac.authorization.k8s.io/", "admissionregistration"))]
+
+
+def test_cluster_scoped_grants_are_read_only(helm: pathlib.Path) -> None:
+    cluster = [r for r in rules(render(helm)) if r[0] == f"{FULLNAME}-cluster"]
+    assert cluster and all(set(verbs) <= {"get", "list", "watch"} for _, _, verbs, _ in cluster)
+
+
+def test_watching_some_namespaces_binds_the_manager_role_only_there(helm: pathlib.Path) -> None:
+    objects = render(helm, sets=["operator.watchNamespaces={inference-a,inference-b}"])
+    bindings = [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    manager = [b for b in bindings if b["roleRef"]["name"] == f"{FULLNAME}-manager"]
+    assert sorted((b["kind"], b["metadata"].get("namespace")) for b in manager) == [
+        ("RoleBinding", "inference-a"),
+        ("RoleBinding", "inference-b"),
+    ]
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+def test_the_lease_is_granted_by_name_in_the_release_namespace_only(helm: pathlib.Path) -> None:
+    role = one(render(helm), "Role", f"{FULLNAME}-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [f"{FULLNAME}-leader"],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The admission webhook
+
+
+def _openssl(*args: str, stdin: bytes | None = None) -> str:
+    result = subprocess.run(["openssl", *args], input=stdin, capture_output=True, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def test_the_webhook_calls_the_operators_handler_through_its_service(helm: pathlib.Path) -> None:
+    from nvlfleet import main
+
+    objects = render(helm)
+    (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["service"] == {
+        "name": f"{FULLNAME}-webhook",
+        "namespace": NAMESPACE,
+        "port": 443,
+        "path": f"/{main.WEBHOOK_ID}",
+    }
+    assert webhook["rules"] == [
+        {
+            "apiGroups": ["nvlfleet.io"],
+            "apiVersions": ["*"],
+            "resources": ["deepseekservings"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    # The operator's handler tolerates being unreachable; the configuration says the same.
+    assert webhook["failurePolicy"] == "Ignore"
+    service = one(objects, "Service", f"{FULLNAME}-webhook")
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+
+
+def test_the_generated_certificate_is_for_the_webhook_service_and_signed_by_the_advertised_ca(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    objects = render(helm)
+    secret = one(objects, "Secret", f"{FULLNAME}-webhook-tls")
+    (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / name).write_bytes(base64.b64decode(secret["data"][name]))
+    _openssl("verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt"))
+    sans = _openssl("x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-ext", "subjectAltName")
+    service = f"{FULLNAME}-webhook"
+    for name in (service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"):
+        assert f"DNS:{name}," in sans + ",", sans
+    key_modulus = _openssl("pkey", "-in", str(tmp_path / "tls.key"), "-pubout")
+    cert_modulus = _openssl("x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-pubkey")
+    assert key_modulus == cert_modulus
+    # The pod restarts when a new certificate is issued (the operator reads it at start).
+    annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/webhook-tls"])
+
+
+def test_cert_manager_issues_the_certificate_and_injects_the_ca(helm: pathlib.Path) -> None:
+    objects = render(helm, sets=["webhook.certManager.enabled=true"])
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    certificate = one(objects, "Certificate")
+    assert certificate["spec"]["secretName"] == f"{FULLNAME}-webhook-tls"
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": f"{FULLNAME}-selfsigned"}
+    assert one(objects, "Issuer")["spec"] == {"selfSigned": {}}
+    configuration = one(objects, "ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{FULLNAME}-webhook"
+    }
+    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+
+
+def test_cert_manager_can_use_an_existing_issuer(helm: pathlib.Path) -> None:
+    issuer = ["webhook.certManager.issuerRef.name=corp-ca", "webhook.certManager.issuerRef.kind=ClusterIssuer"]
+    objects = render(helm, sets=["webhook.certManager.enabled=true", *issuer])
+    assert not [o for o in objects if o["kind"] == "Issuer"]
+    assert one(objects, "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_without_the_webhook_nothing_of_it_is_rendered(helm: pathlib.Path) -> None:
+    objects = render(helm, sets=["webhook.enabled=false"])
+    assert not [o for o in objects if o["kind"] in ("ValidatingWebhookConfiguration", "Secret")]
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-webhook")]
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "readinessProbe" not in container
+    assert not [m for m in container["volumeMounts"] if m["name"] == "webhook-tls"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Monitoring: ServiceMonitor, PrometheusRule, dashboards
+
+
+def test_the_service_monitor_scrapes_the_metrics_port_and_keeps_the_servings_namespace(helm: pathlib.Path) -> None:
+    objects = render(helm, sets=["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=kps"])
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics", "honorLabels": True, "interval": "30s"}
+    service = one(objects, "Service", f"{FULLNAME}-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def test_the_prometheus_rule_carries_the_generated_alerts_with_the_users_tuning(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    objects = render(
+        helm,
+        sets=[
+            "prometheusRule.enabled=true",
+            "prometheusRule.disabled.NvlfleetReconcileErrors=true",
+            "prometheusRule.additionalRuleLabels.team=inference",
+            "prometheusRule.runbookUrl=https://runbooks.example/nvlfleet",
+        ],
+    )
+    (group,) = one(objects, "PrometheusRule")["spec"]["groups"]
+    shipped = {a.name: a.rule() for a in alerts.all_alerts() if a.name != "NvlfleetReconcileErrors"}
+    assert [r["alert"] for r in group["rules"]] == list(shipped)
+    for rule in group["rules"]:
+        want = shipped[rule["alert"]]
+        assert rule["expr"] == want["expr"] and rule["for"] == want["for"]
+        assert rule["labels"] == {**want["labels"], "team": "inference"}
+        assert rule["annotations"] == {
+            **want["annotations"],
+            "runbook_url": f"https://runbooks.example/nvlfleet#{rule['alert'].lower()}",
+        }
+    # What the template produced is a valid rule file for Prometheus itself.
+    path = tmp_path / "rendered.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [group]}))
+    promtool = localprometheus.ensure().promtool
+    result = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar(helm: pathlib.Path) -> None:
+    maps = [o for o in render(helm) if o["kind"] == "ConfigMap"]
+    assert {name for m in maps for name in m["data"]} == {d.file_name for d in dashboards.all_dashboards()}
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "nvlfleet"}
+        ((name, text),) = config_map["data"].items()
+        assert text == (CHART / "dashboards" / name).read_text(encoding="utf-8")
+
+
+def test_the_sidecar_label_folder_and_namespace_are_configurable(helm: pathlib.Path) -> None:
+    maps = [
+        o
+        for o in render(
+            helm,
+            sets=[
+                "grafana.dashboards.label=dashboards",
+                "grafana.dashboards.labelValue=nvlfleet",
+                "grafana.dashboards.folderAnnotation=k8s-sidecar-target-directory",
+                "grafana.dashboards.folder=/tmp/dashboards/nvlfleet",
+                "grafana.dashboards.namespace=monitoring",
+            ],
+        )
+        if o["kind"] == "ConfigMap"
+    ]
+    assert len(maps) == 3
+    for config_map in maps:
+        assert config_map["metadata"]["namespace"] == "monitoring"
+        assert config_map["metadata"]["labels"]["dashboards"] == "nvlfleet"
+        assert "grafana_dashboard" not in config_map["metadata"]["labels"]
+        assert config_map["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/nvlfleet"}
+    assert not [o for o in render(helm, sets=["grafana.dashboards.enabled=false"]) if o["kind"] == "ConfigMap"]
