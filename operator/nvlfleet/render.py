@@ -20,7 +20,10 @@ What one serving becomes
 - **Unpinned** (no placement given, e.g. ``nvlfleet render`` without ``--nodes``): one LeaderWorkerSet per role
   named ``<serving>-<role>-unpinned``, node affinity ``domainLabel Exists``, and a required pod affinity with
   ``matchLabelKeys: [leaderworkerset.sigs.k8s.io/group-key]`` on the domain label so the pods of one group still
-  land in one NVLink domain. The scheduler, not nvlfleet, then chooses the domain — no packing guarantee.
+  land in one NVLink domain (the integration tests show a group that fits no single rack staying pending
+  rather than splitting). The scheduler, not nvlfleet, then chooses the domain: no packing, and a leader that
+  lands in a rack without room for its workers leaves that group pending. Unpinned is for previews and for
+  clusters whose nodes nvlfleet cannot see; the operator always renders pinned.
 - Per LeaderWorkerSet **one ComputeDomain** (``resource.nvidia.com/v1beta1``, ``numNodes: 0``) when the GPU has
   multi-node NVLink and ``spec.placement.computeDomain`` is on; pods claim its channel ResourceClaimTemplate
   (``<lws>-channel``) in ``spec.resourceClaims`` and in the container's ``resources.claims``. It is rendered for

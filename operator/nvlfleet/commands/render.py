@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"nvlfleet render: {serving.metadata.name}: no --nodes given, so its LeaderWorkerSets are unpinned "
                 f"(node affinity '{label} Exists', each group kept inside one domain by pod affinity); the "
-                "scheduler, not nvlfleet, picks the NVLink domains",
+                "scheduler, not nvlfleet, picks the NVLink domains, and a group whose leader lands in a domain "
+                "without room for its workers stays pending; pass --nodes to pin",
                 file=sys.stderr,
             )
     for line in unplaced:
