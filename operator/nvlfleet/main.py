@@ -462,7 +462,6 @@ async def _reconcile_or_retry(key: inventory.ServingKey) -> None:
         raise kopf.TemporaryError(f"API server refused a step: {err}", delay=OPERATOR.config.retry_seconds) from err
 
 
-@kopf.on.validate(*DSS, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"], ignore_failures=True)
 def admit_serving(
     body: kopf.Body, old: Mapping[str, Any] | None = None, operation: str | None = None, **_: Any
 ) -> None:
@@ -472,6 +471,10 @@ def admit_serving(
     found = validation.validate(dict(body))
     if found:
         raise kopf.AdmissionError(problems.summary(found), code=422)
+
+
+if OPERATOR.config.webhook_port:  # kopf refuses to start with admission handlers but no webhook server
+    kopf.on.validate(*DSS, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"], ignore_failures=True)(admit_serving)
 
 
 # ---------------------------------------------------------------------------------------------------------------

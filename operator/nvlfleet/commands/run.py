@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
 
     kopf.configure(verbose=args.log_level == "debug", quiet=args.log_level in ("warning", "error"))
     logging.getLogger().setLevel(args.log_level.upper())
+    if args.log_level != "debug":
+        # kopf logs every watch-event handler run ("Handler 'node_event' succeeded") and every webhook request at
+        # INFO; nvlfleet logs what it changes. Failures still show at WARNING and above.
+        for noisy in ("kopf.objects", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     return asyncio.run(_operate(args))
 
 

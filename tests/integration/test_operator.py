@@ -1,0 +1,462 @@
+"""The operator against the real local cluster: kube-scheduler places the pods, kwok runs them, LWS groups them.
+
+Every test gets its own namespace, its own kwok fleet (servings select it with ``spec.pod.nodeSelector``, so
+tests running side by side never share racks) and its own ``nvlfleet run`` process reconciling only that
+namespace. A stand-in for the NVIDIA driver's ComputeDomain side (``computedomains.py``) lets pods that claim an
+IMEX channel schedule, as they would on a real GB200 cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from localcluster import fleet as fleets
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import computedomains
+from operator_process import REPO, OperatorProcess
+
+pytestmark = pytest.mark.integration
+
+GROUP, VERSION, PLURAL = "nvlfleet.io", "v1alpha1", "deepseekservings"
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+CD = ("resource.nvidia.com", "v1beta1", "computedomains")
+MANAGED = "app.kubernetes.io/managed-by=nvlfleet"
+Wait = Callable[..., Any]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="session")
+def crd(local_cluster: Any) -> None:
+    """The DeepSeekServing CRD as ``nvlfleet crd`` generates it, applied with server-side apply."""
+    text = subprocess.run(
+        [sys.executable, "-m", "nvlfleet.cli", "crd"], check=True, capture_output=True, text=True, cwd=REPO
+    ).stdout
+    subprocess.run(
+        ["kubectl", "apply", "--server-side", "--force-conflicts", "--field-manager=nvlfleet-tests", "-f", "-"],
+        input=text,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    subprocess.run(
+        ["kubectl", "wait", "--for=condition=Established", "crd/deepseekservings.nvlfleet.io", "--timeout=60s"],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def imex(api_client: client.ApiClient, crd: None) -> Iterator[None]:
+    computedomains.install_device_class(api_client)
+    with computedomains.driver(api_client):
+        yield
+
+
+@pytest.fixture
+def gb200_fleet(
+    fleet_factory: Callable[..., Any], api_client: client.ApiClient, imex: None
+) -> Iterator[Callable[..., Any]]:
+    """``gb200_fleet(racks)``: kwok NVL72 racks whose nodes publish an IMEX channel each."""
+    made: list[Any] = []
+
+    def make(racks: int = 1, **options: Any) -> Any:
+        fleet = fleet_factory(racks=racks, gpu="GB200", **options)
+        computedomains.publish_channels(api_client, fleet.node_names())
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        computedomains.withdraw_channels(api_client, fleet.node_names())
+
+
+@pytest.fixture
+def start_operator(
+    kubeconfig: pathlib.Path, namespace: str, tmp_path: pathlib.Path, crd: None
+) -> Iterator[Callable[..., OperatorProcess]]:
+    """``start_operator(webhook=False)``: ``nvlfleet run --namespace <the test's>`` with its PID recorded;
+    stopped by that PID at the end of the test, its log printed when the test failed."""
+    started: list[OperatorProcess] = []
+
+    def start(**options: Any) -> OperatorProcess:
+        process = OperatorProcess(tmp_path / f"operator-{len(started)}", kubeconfig, [namespace], **options)
+        started.append(process)
+        process.start().wait_ready()
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+        print(f"--- {process.log} ---\n{process.tail()}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Builders and readers
+
+
+def serving(name: str, fleet: Any, *, groups: int, nodes: int = 2, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
+        "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
+        "gpu": "GB200",
+        "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes}}},
+        "pod": {"nodeSelector": {fleets.LABEL_FLEET: fleet.name}},
+    }
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DeepSeekServing", "metadata": {"name": name}, "spec": body}
+
+
+class Cluster:
+    """Reads and writes the test needs, on the admin connection."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, obj
+        )
+        return created
+
+    def get(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        return obj
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
+        status = self.get(name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == ctype), None)
+
+    def is_(self, name: str, ctype: str, value: str = "True") -> bool:
+        cond = self.condition(name, ctype)
+        return cond is not None and cond["status"] == value
+
+    def ready(self, name: str) -> bool:
+        obj = self.get(name)
+        status = obj.get("status") or {}
+        return status.get("observedGeneration") == obj["metadata"]["generation"] and self.is_(name, "Ready")
+
+    def children(self, serving: str) -> dict[str, list[dict[str, Any]]]:
+        selector = f"{MANAGED},nvlfleet.io/serving={serving}"
+        return {
+            "LeaderWorkerSet": self.custom.list_namespaced_custom_object(
+                *LWS[:2], self.namespace, LWS[2], label_selector=selector
+            )["items"],
+            "ComputeDomain": self.custom.list_namespaced_custom_object(
+                *CD[:2], self.namespace, CD[2], label_selector=selector
+            )["items"],
+            "Service": [
+                s.to_dict() for s in self.core.list_namespaced_service(self.namespace, label_selector=selector).items
+            ],
+        }
+
+    def pods(self, serving: str) -> list[client.V1Pod]:
+        selector = f"nvlfleet.io/serving={serving}"
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        found = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.kind=DeepSeekServing,involvedObject.name={name}"
+        ).items
+        return [(e.type, e.reason, e.message) for e in found if e.source and e.source.component == "nvlfleet"]
+
+    def resource_versions(self, serving: str) -> dict[str, str]:
+        versions = {f"DeepSeekServing/{serving}": self.get(serving)["metadata"]["resourceVersion"]}
+        for kind, objs in self.children(serving).items():
+            for obj in objs:
+                meta = obj["metadata"]
+                versions[f"{kind}/{meta['name']}"] = meta.get("resourceVersion") or meta.get("resource_version")
+        return versions
+
+
+@pytest.fixture
+def cluster(api_client: client.ApiClient, namespace: str) -> Cluster:
+    return Cluster(api_client, namespace)
+
+
+def node_cliques(api_client: client.ApiClient, fleet: Any) -> dict[str, str]:
+    nodes = client.CoreV1Api(api_client).list_node(label_selector=f"{fleets.LABEL_FLEET}={fleet.name}").items
+    return {n.metadata.name: n.metadata.labels[fleets.LABEL_CLIQUE] for n in nodes}
+
+
+def groups_of(pods: list[client.V1Pod]) -> dict[tuple[str, str], list[client.V1Pod]]:
+    out: dict[tuple[str, str], list[client.V1Pod]] = {}
+    for pod in pods:
+        labels = pod.metadata.labels
+        key = (labels["leaderworkerset.sigs.k8s.io/name"], labels["leaderworkerset.sigs.k8s.io/group-index"])
+        out.setdefault(key, []).append(pod)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A serving, end to end
+
+
+def test_a_serving_becomes_leader_worker_sets_and_compute_domains_whose_groups_each_sit_in_one_rack(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    fleet = gb200_fleet(racks=2)
+    start_operator()
+    cluster.create(serving("flash", fleet, groups=10, nodes=2))  # 20 trays: 9 groups fill rack 0, 1 spills
+
+    wait_for(lambda: cluster.ready("flash"), 180, "the serving to report Ready")
+
+    status = cluster.get("flash")["status"]
+    assert (status["ready"], status["readyGroups"], status["desiredGroups"], status["gpus"]) == ("10/10", 10, 10, 80)
+    placement = status["placement"]["decode"]
+    assert sorted(placement.values()) == [1, 9] and set(placement) == {fleet.clique(0), fleet.clique(1)}
+    children = cluster.children("flash")
+    lws_by_domain = {
+        lws["metadata"]["annotations"]["nvlfleet.io/domain-value"]: lws for lws in children["LeaderWorkerSet"]
+    }
+    assert {d: lws["spec"]["replicas"] for d, lws in lws_by_domain.items()} == placement
+    assert sorted(cd["metadata"]["name"] for cd in children["ComputeDomain"]) == sorted(
+        lws["metadata"]["name"] for lws in children["LeaderWorkerSet"]
+    )
+    assert [s["metadata"]["name"] for s in children["Service"]] == ["flash-decode"]
+    uid = cluster.get("flash")["metadata"]["uid"]
+    for objs in children.values():
+        for obj in objs:
+            refs = obj["metadata"].get("ownerReferences") or obj["metadata"].get("owner_references")
+            assert [r["uid"] for r in refs] == [uid]
+
+    cliques = node_cliques(api_client, fleet)
+    groups = groups_of(cluster.pods("flash"))
+    assert len(groups) == 10
+    for (lws_name, index), pods in groups.items():
+        lws = next(x for x in children["LeaderWorkerSet"] if x["metadata"]["name"] == lws_name)
+        domain = lws["metadata"]["annotations"]["nvlfleet.io/domain-value"]
+        assert len(pods) == 2, f"group {lws_name}/{index}"
+        assert {cliques[p.spec.node_name] for p in pods} == {domain}, f"group {lws_name}/{index} left its rack"
+        assert all(p.status.phase == "Running" for p in pods)
+    reasons = [reason for _, reason, _ in cluster.events("flash")]
+    assert {"Applied", "Placed", "Ready"} <= set(reasons)
+
+
+def test_the_periodic_recheck_writes_nothing_when_nothing_changed(
+    cluster: Cluster, gb200_fleet: Callable[..., Any], start_operator: Callable[..., Any], wait_for: Wait
+) -> None:
+    fleet = gb200_fleet(racks=1)
+    operator = start_operator(recheck_seconds=2)
+    cluster.create(serving("quiet", fleet, groups=2))
+    wait_for(lambda: cluster.ready("quiet"), 120, "the serving to report Ready")
+    time.sleep(3)  # let the last status write after Ready land
+    before, events_before = cluster.resource_versions("quiet"), cluster.events("quiet")
+
+    time.sleep(10)  # five re-checks
+
+    assert cluster.resource_versions("quiet") == before
+    assert cluster.events("quiet") == events_before
+    assert operator.log.read_text().count("applied ") == 3  # ComputeDomain, LeaderWorkerSet, Service: once each
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Capacity
+
+
+def test_two_servings_on_a_tight_fleet_never_overcommit_and_the_loser_is_placed_when_room_appears(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    fleet = gb200_fleet(racks=1)  # 18 trays
+    start_operator()
+    cluster.create(serving("alpha", fleet, groups=4, nodes=4))  # 16 trays
+    cluster.create(serving("beta", fleet, groups=4, nodes=4))  # 16 trays: only one of them fits
+
+    def decided() -> bool:
+        return all(cluster.condition(n, "InsufficientCapacity") is not None for n in ("alpha", "beta"))
+
+    wait_for(decided, 60, "both servings to be planned")
+    short = [n for n in ("alpha", "beta") if cluster.is_(n, "InsufficientCapacity")]
+    assert len(short) == 1, "exactly one serving must wait for capacity"
+    loser = short[0]
+    winner = "beta" if loser == "alpha" else "alpha"
+    wait_for(lambda: cluster.ready(winner), 120, f"{winner} to report Ready")
+
+    message = cluster.condition(loser, "InsufficientCapacity")["message"]
+    assert "decode needs 4 free nodes (16 GPUs) in one NVLink domain" in message
+    assert cluster.get(loser)["status"]["placement"] == {"decode": {}}
+    assert cluster.children(loser)["LeaderWorkerSet"] == []
+    busy = [p for n in ("alpha", "beta") for p in cluster.pods(n)]
+    assert all(p.spec.node_name for p in busy), "no pod of a placed group may wait for a node"
+    assert len({p.spec.node_name for p in busy}) == len(busy) <= 18
+    assert ("Warning", "InsufficientCapacity") in [(t, r) for t, r, _ in cluster.events(loser)]
+
+    cluster.patch_spec(winner, {"roles": {"decode": {"groups": 2}}})  # frees 8 trays: 2 groups of the loser fit
+    cluster.patch_spec(loser, {"roles": {"decode": {"groups": 2}}})
+
+    wait_for(lambda: cluster.ready(loser), 180, f"{loser} to be placed and Ready once {winner} scaled down")
+    assert not cluster.is_(loser, "InsufficientCapacity")
+    busy = [p for n in ("alpha", "beta") for p in cluster.pods(n) if p.metadata.deletion_timestamp is None]
+    assert len({p.spec.node_name for p in busy}) == len(busy) == 16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failures and restarts
+
+
+def test_a_removed_node_degrades_exactly_the_group_that_ran_on_it(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    fleet = gb200_fleet(racks=1)
+    start_operator()
+    cluster.create(serving("frail", fleet, groups=3, nodes=2))
+    wait_for(lambda: cluster.ready("frail"), 120, "the serving to report Ready")
+    groups = groups_of(cluster.pods("frail"))
+    (lws_name, index), pods = sorted(groups.items())[1]
+    victim = pods[0].spec.node_name
+
+    client.CoreV1Api(api_client).delete_node(victim)
+
+    wait_for(lambda: cluster.is_("frail", "Degraded"), 60, "Degraded after the node was removed")
+    degraded = cluster.condition("frail", "Degraded")
+    assert f"decode group {index} in domain" in degraded["message"]
+    assert victim in degraded["message"]
+    others = [i for (_, i) in groups if i != index]
+    assert not any(f"decode group {i} in" in degraded["message"] for i in others)
+    assert not cluster.is_("frail", "Ready")
+    assert ("Warning", "Degraded") in [(t, r) for t, r, _ in cluster.events("frail")]
+
+    # The pods on the vanished node are garbage-collected, LWS recreates the whole group, and kube-scheduler
+    # puts it back in the same rack (15 trays are still free there).
+    wait_for(lambda: cluster.ready("frail") and not cluster.is_("frail", "Degraded"), 240, "recovery")
+    cliques = node_cliques(api_client, fleet)
+    regrouped = groups_of(cluster.pods("frail"))[(lws_name, index)]
+    assert {cliques[p.spec.node_name] for p in regrouped} == {fleet.clique(0)}
+    assert ("Normal", "Recovered") in [(t, r) for t, r, _ in cluster.events("frail")]
+
+
+def test_an_operator_restart_mid_rollout_leaves_no_duplicate_or_orphaned_children(
+    cluster: Cluster, gb200_fleet: Callable[..., Any], start_operator: Callable[..., Any], wait_for: Wait
+) -> None:
+    fleet = gb200_fleet(racks=2)
+    first = start_operator()
+    cluster.create(serving("steady", fleet, groups=4, nodes=2))
+    wait_for(lambda: cluster.children("steady")["LeaderWorkerSet"], 60, "the first LeaderWorkerSet")
+    assert first.stop(kill=True) == -9  # killed mid-rollout, before the serving is Ready
+
+    cluster.patch_spec("steady", {"roles": {"decode": {"groups": 12}}})  # while no operator runs: spills over
+    start_operator()
+
+    wait_for(lambda: cluster.ready("steady"), 240, "the serving to report Ready after the restart")
+    children = cluster.children("steady")
+    placement = cluster.get("steady")["status"]["placement"]["decode"]
+    assert sum(placement.values()) == 12
+    domains = sorted(lws["metadata"]["annotations"]["nvlfleet.io/domain-value"] for lws in children["LeaderWorkerSet"])
+    assert domains == sorted(placement)  # one LeaderWorkerSet per domain, none left over, none twice
+    assert len(children["ComputeDomain"]) == len(children["LeaderWorkerSet"])
+    assert len(children["Service"]) == 1
+    assert len(groups_of(cluster.pods("steady"))) == 12
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Changes over a serving's life
+
+
+def test_scale_spec_change_through_a_rolling_update_and_deletion_by_garbage_collection(
+    cluster: Cluster, gb200_fleet: Callable[..., Any], start_operator: Callable[..., Any], wait_for: Wait
+) -> None:
+    fleet = gb200_fleet(racks=2)
+    start_operator()
+    cluster.create(serving("lifecycle", fleet, groups=2))
+    wait_for(lambda: cluster.ready("lifecycle"), 120, "Ready at 2 groups")
+
+    cluster.patch_spec("lifecycle", {"roles": {"decode": {"groups": 5}}})
+    wait_for(lambda: cluster.ready("lifecycle") and cluster.get("lifecycle")["status"]["ready"] == "5/5", 120, "5/5")
+    (lws,) = cluster.children("lifecycle")["LeaderWorkerSet"]
+    assert lws["spec"]["replicas"] == 5
+
+    old_revision_pods = {p.metadata.name: p.metadata.uid for p in cluster.pods("lifecycle")}
+    cluster.patch_spec("lifecycle", {"runtime": {"image": "vllm/vllm-openai:v0.33.0-rc2"}})
+
+    def rolled() -> bool:
+        pods = [p for p in cluster.pods("lifecycle") if p.metadata.deletion_timestamp is None]
+        images = {c.image for p in pods for c in p.spec.containers}
+        return cluster.ready("lifecycle") and images == {"vllm/vllm-openai:v0.33.0-rc2"} and len(pods) == 10
+
+    wait_for(rolled, 240, "LWS to roll every group to the new image")
+    (lws,) = cluster.children("lifecycle")["LeaderWorkerSet"]
+    assert lws["status"]["updatedReplicas"] == 5
+    assert not set(old_revision_pods.values()) & {p.metadata.uid for p in cluster.pods("lifecycle")}
+
+    cluster.patch_spec("lifecycle", {"roles": {"decode": {"groups": 1}}})
+    wait_for(lambda: cluster.ready("lifecycle") and cluster.get("lifecycle")["status"]["ready"] == "1/1", 120, "1/1")
+
+    cluster.delete("lifecycle")
+    wait_for(lambda: not any(cluster.children("lifecycle").values()), 120, "garbage collection of every child")
+
+
+def test_a_missing_prerequisite_api_is_a_condition_and_the_operator_keeps_running(
+    cluster: Cluster, gb200_fleet: Callable[..., Any], start_operator: Callable[..., Any], wait_for: Wait
+) -> None:
+    # The local cluster has no Prometheus Operator: PodMonitor is a real missing API here.
+    fleet = gb200_fleet(racks=1)
+    operator = start_operator()
+    cluster.create(serving("monitored", fleet, groups=1, monitoring={"podMonitor": True}))
+
+    wait_for(lambda: cluster.condition("monitored", "Ready"), 60, "a Ready condition")
+    ready = cluster.condition("monitored", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "MissingPrerequisite")
+    assert "podmonitors.monitoring.coreos.com" in ready["message"]
+    assert cluster.children("monitored")["LeaderWorkerSet"] == []
+    time.sleep(5)
+    assert operator.running()
+
+    cluster.patch_spec("monitored", {"monitoring": {"podMonitor": False}})
+    wait_for(lambda: cluster.ready("monitored"), 120, "Ready once the serving no longer asks for a PodMonitor")
+
+
+def test_the_admission_webhook_refuses_an_invalid_serving_with_the_field_path(
+    cluster: Cluster, gb200_fleet: Callable[..., Any], start_operator: Callable[..., Any], wait_for: Wait
+) -> None:
+    fleet = gb200_fleet(racks=1)
+    bad = serving("typo", fleet, groups=1, extraArgs=["--no-such-flag"])
+    operator = start_operator(webhook=True)
+
+    with pytest.raises(ApiException) as refused:
+        cluster.create(copy.deepcopy(bad))
+    assert refused.value.status == 422
+    assert "spec.extraArgs[0]: vLLM 0.33.0 has no flag --no-such-flag" in refused.value.body
+
+    # failurePolicy Ignore: with the operator (and its webhook) gone, CEL still guards the shape and the
+    # object is admitted; the operator then reports the rest as a condition and touches nothing.
+    operator.stop()
+    cluster.create(copy.deepcopy(bad))
+    start_operator(webhook=True)
+    wait_for(lambda: cluster.condition("typo", "Ready"), 60, "a Ready condition")
+    ready = cluster.condition("typo", "Ready")
+    assert (ready["reason"], "spec.extraArgs[0]" in ready["message"]) == ("InvalidSpec", True)
+    assert cluster.children("typo")["LeaderWorkerSet"] == []
+    cluster.patch_spec("typo", {"extraArgs": []})  # an update that fixes it is admitted
+    wait_for(lambda: cluster.ready("typo"), 120, "Ready once fixed")
