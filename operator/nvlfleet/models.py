@@ -583,11 +583,7 @@ def _topology_cel() -> dict[str, Any]:
         guard = f"!has(self.roles.{role}) || " if role == "prefill" else ""
         par = f"self.roles.{role}.parallelism"
         node = "' GPUs of one ' + self.gpu + ' node"
-        # nodes per group as models.role_topology resolves it (ceil(tensor × data / GPUs per node)).
-        nodes = (
-            f"(has({par}.nodesPerGroup) ? {par}.nodesPerGroup : has({par}.data) ? "
-            f"({par}.tensor * {par}.data + {gpn} - 1) / {gpn} : 1)"
-        )
+        domain = f"'{role}: a group must fit in one ' + self.gpu + ' NVLink domain of ' + {domain_text}"
         checks = [
             (
                 f"{par}.tensor <= {gpn}",
@@ -612,10 +608,13 @@ def _topology_cel() -> dict[str, Any]:
                 f"'{role}: tensor × data must equal nodesPerGroup × ' + {gpn_text} + {node}'",
                 "data",
             ),
+            # Nodes per group as role_topology resolves them: given, or ceil(tensor × data / GPUs per node).
+            (f"!has({par}.nodesPerGroup) || {par}.nodesPerGroup <= {domain_nodes}", domain, "nodesPerGroup"),
             (
-                f"{nodes} <= {domain_nodes}",
-                f"'{role}: a group must fit in one ' + self.gpu + ' NVLink domain of ' + {domain_text}",
-                "nodesPerGroup",
+                f"has({par}.nodesPerGroup) || !has({par}.data) || "
+                f"({par}.tensor * {par}.data + {gpn} - 1) / {gpn} <= {domain_nodes}",
+                domain,
+                "data",
             ),
         ]
         for rule, message, field in checks:
