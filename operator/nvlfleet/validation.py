@@ -519,6 +519,9 @@ def _check_role_limits(
 def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
     pod = spec.pod
     for section, amounts in (pod.resources or {}).items():
+        if section not in ("limits", "requests"):
+            out.error(f"spec.pod.resources.{section}", "only limits and requests may be set")
+            continue
         for resource in amounts:
             if resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/"):
                 out.error(

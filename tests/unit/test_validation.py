@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvlfleet import models, validation
 
@@ -684,6 +686,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "nvidia.com/gpu is nvlfleet's to request",
     ),
     (
+        "resource claims",
+        {"pod": {"resources": {"claims": {"name": "x"}}}},
+        "spec.pod.resources.claims",
+        "only limits and requests may be set",
+    ),
+    (
         "shm mount",
         {"pod": {"volumeMounts": [{"name": "x", "mountPath": "/dev/shm"}]}},
         "spec.pod.volumeMounts[0].mountPath",
@@ -835,3 +843,57 @@ def test_every_owned_flag_exists_in_the_pinned_vllm() -> None:
 
     dests = {flag.dest for flag in facts.load().flags.values()}
     assert set(validation.OWNED_FLAGS) <= dests, set(validation.OWNED_FLAGS) - dests
+
+
+# --- robustness: whatever is written where, validation answers with problems --------------------------------------
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 100_000)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        ["GB200", "H200", "pvc", "dspark", "mtp", "-tp", "FLASHMLA_MEGA_ATTN_DSV41", "01:00", "HF_TOKEN"]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["name", "value", "valueFrom", "tensor", "data", "enabled", "start", "x"]), inner
+        )
+    ),
+    max_leaves=10,
+)
+_PLACES = [
+    ("gpu",),
+    ("roles", "decode", "parallelism"),
+    ("roles", "prefill"),
+    ("kernels",),
+    ("kernels", "eplb"),
+    ("extraArgs",),
+    ("extraEnv",),
+    ("pricing",),
+    ("speculative",),
+    ("pod",),
+    ("model", "weights"),
+]
+_ARGS = st.lists(
+    st.text(max_size=10)
+    | st.sampled_from(
+        ["--port", "-tp", "-O3", "--additional-config", '{"decode_backend":"latency_specialized"}', "--"]
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_PLACES), _JSON), max_size=3), _ARGS)
+def test_no_input_makes_validation_raise(edits: list[tuple[tuple[str, ...], Any]], args: list[str]) -> None:
+    obj = spec(extraArgs=args)
+    for place, value in edits:
+        node = obj["spec"]
+        for key in place[:-1]:
+            node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else {}
+        node[place[-1]] = value
+    review = validation.review(obj)
+    assert all(isinstance(p, validation.Problem) for p in (*review.errors, *review.warnings))
