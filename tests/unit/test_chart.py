@@ -506,3 +506,54 @@ def test_the_sidecar_label_folder_and_namespace_are_configurable(helm: pathlib.P
         assert "grafana_dashboard" not in config_map["metadata"]["labels"]
         assert config_map["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "/tmp/dashboards/nvlfleet"}
     assert not [o for o in render(helm, sets=["grafana.dashboards.enabled=false"]) if o["kind"] == "ConfigMap"]
+
+
+def test_the_complete_grant(helm: pathlib.Path) -> None:
+    """Every permission the chart gives, in one table; each line is used by kube.py, main.py or kopf (see the
+    comments in templates/rbac.yaml), and tests/integration/test_chart_install.py runs the operator on exactly
+    this grant."""
+    granted = {(role.removeprefix(f"{FULLNAME}-"), *rest) for role, *rest in rules(render(helm))}
+    assert granted == {
+        ("cluster", "/nodes", ("list", "watch"), ()),
+        ("cluster", "/pods", ("list", "watch"), ()),
+        ("cluster", "leaderworkerset.x-k8s.io/leaderworkersets", ("list", "watch"), ()),
+        ("cluster", "nvlfleet.io/deepseekservings", ("list", "watch"), ()),
+        ("cluster", "apiextensions.k8s.io/customresourcedefinitions", ("list", "watch"), ()),
+        ("manager", "nvlfleet.io/deepseekservings", ("get", "patch"), ()),
+        ("manager", "nvlfleet.io/deepseekservings/status", ("patch",), ()),
+        ("manager", "leaderworkerset.x-k8s.io/leaderworkersets", ("get", "create", "patch", "delete"), ()),
+        ("manager", "resource.nvidia.com/computedomains", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "/services", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "/events", ("create",), ()),
+        ("leader-election", "coordination.k8s.io/leases", ("create",), ()),
+        ("leader-election", "coordination.k8s.io/leases", ("get", "update"), (f"{FULLNAME}-leader",)),
+    }
+
+
+@pytest.mark.parametrize(
+    ("sets", "namespaces"),
+    [([], []), (["operator.watchNamespaces={inference-a,inference-b}"], ["inference-a", "inference-b"])],
+    ids=["all-namespaces", "two-namespaces"],
+)
+def test_nvlfleet_run_accepts_the_deployments_arguments(
+    helm: pathlib.Path, sets: list[str], namespaces: list[str]
+) -> None:
+    import argparse
+
+    from nvlfleet.commands import run
+
+    (container,) = one(render(helm, sets=sets), "Deployment")["spec"]["template"]["spec"]["containers"]
+    parser = argparse.ArgumentParser(prog="nvlfleet run", exit_on_error=False)
+    run.add_arguments(parser)
+    args = parser.parse_args(container["args"])
+    assert args.namespace == namespaces
+    assert args.all_namespaces is (not namespaces)
+    assert (args.metrics_port, args.health_port, args.webhook_port) == (9090, 8080, 9443)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "webhook-tls")
+    assert args.webhook_cert_dir == mount["mountPath"]
+    assert args.leader_election_lease == f"{FULLNAME}-leader"
+    assert args.log_level == "info"
+    # The Lease lives in the pod's namespace: run reads it from POD_NAMESPACE, which the chart sets.
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+    assert env["POD_NAMESPACE"] == "metadata.namespace" and env["POD_NAME"] == "metadata.name"

@@ -1,0 +1,440 @@
+"""The Helm chart installed into the local real cluster, and its RBAC proven sufficient and minimal.
+
+- `helm install` into a namespace that enforces the *restricted* Pod Security Standard: the API server admits
+  the operator's pod (and, to show the check is live, refuses a privileged one next to it).
+- `helm upgrade` keeps the webhook's CA (Helm's `lookup`), so the API server's trust survives upgrades.
+- Sufficient: the operator runs as a process on this machine with *only* the chart's ServiceAccount credentials (a
+  token from the TokenRequest API in a kubeconfig of its own) and carries a DeepSeekServing through a full
+  reconcile — children applied, a child pruned, status and events written, the leader Lease taken — with no
+  request refused.
+- Minimal: with the same token, `kubectl auth can-i` is refused everything the operator never does (Secrets,
+  writes to nodes, pods or RBAC, wildcards, writes outside the watched namespace, other Leases).
+
+The chart is installed in its least-privileged shape: `operator.watchNamespaces` lists the one namespace the
+test's servings live in, so namespaced writes are granted by a RoleBinding there only.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "nvlfleet"
+DSS = ("nvlfleet.io", "v1alpha1", "deepseekservings")
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+COMPUTE_DOMAIN = ("resource.nvidia.com", "v1beta1", "computedomains")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str  # where the chart is installed (restricted Pod Security)
+    watched: str  # the one namespace whose servings the operator reconciles
+    fullname: str
+    service_account: str
+    kubectl: pathlib.Path
+    helm: pathlib.Path
+    admin_kubeconfig: pathlib.Path
+
+    def kubectl_run(self, *args: str, kubeconfig: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+        config = str(kubeconfig or self.admin_kubeconfig)
+        return subprocess.run(
+            [str(self.kubectl), "--kubeconfig", config, *args], capture_output=True, text=True, check=False
+        )
+
+    def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.helm), "--kubeconfig", str(self.admin_kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+
+def _suffix() -> str:
+    return hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:5]
+
+
+def _create_namespace(core: client.CoreV1Api, name: str, labels: dict[str, str]) -> None:
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+
+
+def _delete_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+@pytest.fixture(scope="module")
+def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Release]:
+    core = client.CoreV1Api(api_client)
+    suffix = _suffix()
+    name = f"nvl{suffix}"
+    rel = Release(
+        name=name,
+        namespace=f"it-chart-{suffix}",
+        watched=f"it-chart-servings-{suffix}",
+        fullname=f"{name}-nvlfleet",
+        service_account=f"{name}-nvlfleet",
+        kubectl=local_cluster.kubectl,
+        helm=local_cluster.helm,
+        admin_kubeconfig=local_cluster.kubeconfig,
+    )
+    restricted = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    _create_namespace(core, rel.namespace, restricted)
+    _create_namespace(core, rel.watched, {})
+    values = {
+        "operator": {"watchNamespaces": [rel.watched]},
+        # The cluster is shared with other tests: only the test's own namespace goes through this webhook.
+        "webhook": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": rel.watched}}},
+    }
+    values_file = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    installed = rel.helm_run("install", name, str(CHART), "--namespace", rel.namespace, "--values", str(values_file))
+    assert installed.returncode == 0, installed.stderr
+    try:
+        yield rel
+    finally:
+        rel.helm_run("uninstall", name, "--namespace", rel.namespace, "--wait", "--timeout", "60s")
+        _delete_namespace(core, rel.watched)
+        _delete_namespace(core, rel.namespace)
+        values_file.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def service_account_kubeconfig(release: Release, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A kubeconfig holding only a TokenRequest token of the chart's ServiceAccount (no client certificate)."""
+    token = release.kubectl_run(
+        "create", "token", release.service_account, "--namespace", release.namespace, "--duration", "2h"
+    )
+    assert token.returncode == 0, token.stderr
+    admin = yaml.safe_load(release.admin_kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    ca = (
+        cluster.get("certificate-authority-data")
+        or base64.b64encode(pathlib.Path(cluster["certificate-authority"]).read_bytes()).decode()
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+        "users": [{"name": "operator", "user": {"token": token.stdout.strip()}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Install and upgrade
+
+
+def test_the_restricted_namespace_admits_the_operators_pod_and_refuses_a_privileged_one(
+    release: Release, api_client: client.ApiClient, wait_for: Callable[..., Any]
+) -> None:
+    core = client.CoreV1Api(api_client)
+    selector = f"app.kubernetes.io/instance={release.name}"
+    pods = wait_for(
+        lambda: core.list_namespaced_pod(release.namespace, label_selector=selector).items, 60, "the operator's pod"
+    )
+    assert pods[0].spec.security_context.run_as_user == 65532
+    privileged = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="privileged"),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c", image="busybox", security_context=client.V1SecurityContext(privileged=True)
+                )
+            ]
+        ),
+    )
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(release.namespace, privileged)
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "restricted:latest"' in json.loads(refused.value.body)["message"]
+
+
+def test_an_upgrade_keeps_the_webhook_ca_the_api_server_trusts(release: Release, api_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    secret_name = f"{release.fullname}-webhook-tls"
+    before = core.read_namespaced_secret(secret_name, release.namespace).data
+    upgraded = release.helm_run(
+        "upgrade", release.name, str(CHART), "--namespace", release.namespace, "--reuse-values",
+        "--set", "podAnnotations.upgraded=yes",
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stderr
+    after = core.read_namespaced_secret(secret_name, release.namespace).data
+    assert after == before
+    (webhook,) = admission.read_validating_webhook_configuration(release.fullname).webhooks
+    assert webhook.client_config.ca_bundle == before["ca.crt"]  # both base64, as on the wire
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Minimal: what the ServiceAccount may not do
+
+
+FORBIDDEN = [
+    ("list", "secrets", "--all-namespaces"),
+    ("get", "secrets", "--namespace={release}"),
+    ("get", "configmaps", "--namespace={release}"),
+    ("delete", "nodes", ""),
+    ("patch", "nodes", ""),
+    ("create", "pods", "--namespace={watched}"),
+    ("create", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace=default"),
+    ("delete", "pods", "--namespace={watched}"),
+    ("create", "clusterrolebindings", ""),
+    ("create", "rolebindings", "--namespace={watched}"),
+    ("patch", "validatingwebhookconfigurations", ""),
+    ("create", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
+    ("delete", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
+    ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace=default"),
+    ("delete", "services", "--namespace=default"),
+    ("create", "events", "--namespace=default"),
+    ("update", "leases.coordination.k8s.io/someone-else", "--namespace={release}"),
+    ("get", "leases.coordination.k8s.io/someone-else", "--namespace={release}"),
+    ("create", "customresourcedefinitions", ""),
+    ("*", "*", "--all-namespaces"),
+]
+ALLOWED = [
+    ("list", "deepseekservings.nvlfleet.io", "--all-namespaces"),
+    ("patch", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
+    ("patch", "deepseekservings.nvlfleet.io/status", "--namespace={watched}"),
+    ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace={watched}"),
+    ("delete", "computedomains.resource.nvidia.com", "--namespace={watched}"),
+    ("create", "events", "--namespace={watched}"),
+    ("watch", "nodes", ""),
+    ("update", "leases.coordination.k8s.io/{lease}", "--namespace={release}"),
+]
+
+
+def _can_i(release: Release, kubeconfig: pathlib.Path, verb: str, resource: str, scope: str) -> bool:
+    scope = scope.format(release=release.namespace, watched=release.watched)
+    resource = resource.format(lease=f"{release.fullname}-leader")
+    args = ["auth", "can-i", verb, resource, *([scope] if scope else [])]
+    answer = release.kubectl_run(*args, kubeconfig=kubeconfig)
+    assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+@pytest.mark.parametrize(("verb", "resource", "scope"), FORBIDDEN, ids=[" ".join(f) for f in FORBIDDEN])
+def test_the_service_account_is_refused(
+    release: Release, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
+) -> None:
+    assert not _can_i(release, service_account_kubeconfig, verb, resource, scope)
+
+
+@pytest.mark.parametrize(("verb", "resource", "scope"), ALLOWED, ids=[" ".join(a) for a in ALLOWED])
+def test_the_service_account_is_allowed(
+    release: Release, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
+) -> None:
+    # The other half of the check: the token is the chart's account, and its grants are in force.
+    assert _can_i(release, service_account_kubeconfig, verb, resource, scope)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sufficient: a full reconcile with nothing but the chart's permissions
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorProcess:
+    """`nvlfleet run` on this machine, as the chart's Deployment runs it, with a kubeconfig instead of the pod's
+    mounted token; stopped by its PID."""
+
+    def __init__(self, release: Release, kubeconfig: pathlib.Path, workdir: pathlib.Path) -> None:
+        self.log_path = workdir / "operator.log"
+        self.cert_dir = workdir / "webhook-tls"
+        self._copy_webhook_certificate(release)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "POD_NAME": f"{release.fullname}-test",
+            "POD_NAMESPACE": release.namespace,
+        }
+        command = [str(pathlib.Path(sys.executable).with_name("nvlfleet")), "run", *self.chart_args(release)]
+        self.process = subprocess.Popen(
+            command, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def _copy_webhook_certificate(self, release: Release) -> None:
+        """The Secret the chart mounts at --webhook-cert-dir, as files (the kubelet would do this)."""
+        secret = json.loads(
+            release.kubectl_run(
+                "get", "secret", f"{release.fullname}-webhook-tls", "-n", release.namespace, "-o", "json"
+            ).stdout
+        )
+        self.cert_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in secret["data"].items():
+            (self.cert_dir / name).write_bytes(base64.b64decode(data))
+
+    def chart_args(self, release: Release) -> list[str]:
+        """The Deployment's args, taken from the installed release (so the test runs what the chart runs), with
+        only the ports moved to free local ones and the certificate directory to the copied Secret."""
+        deployment = json.loads(
+            release.kubectl_run("get", "deployment", release.fullname, "-n", release.namespace, "-o", "json").stdout
+        )
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        local = {
+            "--metrics-port": str(_free_port()),
+            "--health-port": str(_free_port()),
+            "--webhook-port": str(_free_port()),
+            "--webhook-cert-dir": str(self.cert_dir),
+        }
+        args = []
+        for arg in container["args"]:
+            flag = arg.split("=", 1)[0]
+            args.append(f"{flag}={local[flag]}" if flag in local else arg)
+        return [*args, "--bind-address=127.0.0.1"]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def serving(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "nvlfleet.io/v1alpha1",
+        "kind": "DeepSeekServing",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash"},
+            "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
+            "gpu": "GB200",
+            "roles": {"decode": {"groups": 1, "parallelism": {"tensor": 1, "data": 4}}},
+            "pricing": {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.6},
+        },
+    }
+
+
+def _condition(obj: dict[str, Any] | None, kind: str) -> str | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return str(cond.get("status"))
+    return None
+
+
+def test_the_operator_reconciles_with_only_the_charts_permissions(
+    release: Release,
+    service_account_kubeconfig: pathlib.Path,
+    api_client: client.ApiClient,
+    fleet_factory: Callable[..., Any],
+    wait_for: Callable[..., Any],
+    tmp_path: pathlib.Path,
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    fleet_factory(racks=1, gpu="GB200")
+    operator = OperatorProcess(release, service_account_kubeconfig, tmp_path)
+
+    def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        try:
+            return wait_for(predicate, timeout, what)
+        except pytest.fail.Exception:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; operator log:\n{operator.log()}")
+
+    try:
+        custom.create_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], serving(release.watched, "flash"))
+
+        def read() -> dict[str, Any]:
+            return custom.get_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], "flash")
+
+        def children(kind: tuple[str, str, str]) -> list[dict[str, Any]]:
+            listed = custom.list_namespaced_custom_object(
+                *kind[:2], release.watched, kind[2], label_selector="nvlfleet.io/serving=flash"
+            )
+            return list(listed["items"])
+
+        until(lambda: _condition(read(), "Placed") == "True", 90, "Placed=True")
+        (lws,) = until(lambda: children(LWS), 30, "the LeaderWorkerSet")
+        assert until(lambda: children(COMPUTE_DOMAIN), 30, "the ComputeDomain")
+        services = core.list_namespaced_service(release.watched, label_selector="nvlfleet.io/serving=flash").items
+        assert [s.metadata.name for s in services]
+        assert read()["status"].get("observedGeneration") == read()["metadata"]["generation"]
+        events = core.list_namespaced_event(release.watched).items
+        assert [e for e in events if e.involved_object.name == "flash" and e.source.component == "nvlfleet"]
+
+        # A changed spec: the LeaderWorkerSet is patched in place, the ComputeDomain no longer wanted is pruned.
+        custom.patch_namespaced_custom_object(
+            *DSS[:2], release.watched, DSS[2], "flash",
+            {"spec": {"roles": {"decode": {"groups": 2}}, "placement": {"computeDomain": False}}},
+        )  # fmt: skip
+        until(lambda: not children(COMPUTE_DOMAIN), 60, "the ComputeDomain pruned")
+        until(
+            lambda: any(o["spec"]["replicas"] == 2 for o in children(LWS)) or len(children(LWS)) == 2,
+            60,
+            "two groups",
+        )
+
+        # Leader election went through the chart's Role: the Lease exists and names this process.
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+            f"{release.fullname}-leader", release.namespace
+        )
+        assert lease.spec.holder_identity
+        assert lws["metadata"]["ownerReferences"][0]["kind"] == "DeepSeekServing"
+    finally:
+        try:
+            custom.delete_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], "flash")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        time.sleep(2)  # let the operator handle the deletion with its own credentials
+        operator.stop()
+    refused = [
+        line
+        for line in operator.log().splitlines()
+        if "403" in line or "forbidden" in line.lower() or "not enough permissions" in line.lower()
+    ]
+    # Sufficient: nothing the operator does for the namespace it watches (or for itself) was refused.
+    own = (release.watched, release.namespace)
+    assert [line for line in refused if _namespace_of(line) in (*own, None)] == []
+    # And it stays out of namespaces it was not given: their servings belong to someone else (another nvlfleet
+    # instance, or nobody), and the chart rightly grants nothing there.
+    foreign = sorted({str(_namespace_of(line)) for line in refused if _namespace_of(line) not in (*own, None)})
+    assert foreign == [], f"the operator tried to write to DeepSeekServings in namespaces it does not watch: {foreign}"
+
+
+def _namespace_of(log_line: str) -> str | None:
+    """The namespace a refused request was for, from the URL or the API server's message; None if cluster-wide."""
+    match = re.search(r"/namespaces/([a-z0-9-]+)/", log_line) or re.search(r'in the namespace "([^"]+)"', log_line)
+    return match[1] if match else None
