@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.resources
 import json
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from nvlfleet import facts
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metric names. nvlfleet_*: exported by nvlfleet.telemetry (tests/unit/test_dashboards.py proves each one is).
@@ -72,10 +73,8 @@ VLLM_VERSION = "0.33.0"
 @functools.cache
 def _vllm_samples() -> frozenset[str]:
     """Every sample name vLLM exposes in the pinned version (histograms with their _bucket/_sum/_count)."""
-    resource = importlib.resources.files("nvlfleet") / "data" / f"vllm-{VLLM_VERSION}" / "metrics.json"
-    facts = json.loads(resource.read_text(encoding="utf-8"))
     names: set[str] = set()
-    for metric in facts["metrics"]["vllm_metrics"]:
+    for metric in facts.load(VLLM_VERSION).raw["metrics"]["vllm_metrics"]:
         if metric["type"] == "histogram":
             names.update(f"{metric['family']}_{suffix}" for suffix in ("bucket", "sum", "count"))
         else:

@@ -48,7 +48,7 @@ from aiohttp import web
 from prometheus_client import metrics_core
 from prometheus_client import parser as prom_parser
 
-from nvlfleet import economics, models, problems, vllmsim
+from nvlfleet import economics, facts, models, problems
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _Read:
 
 
 def _reads() -> tuple[_Read, ...]:
-    facts = {f["family"]: f for f in vllmsim.metric_facts()["metrics"]["vllm_metrics"]}
+    known = {f["family"]: f for f in facts.load().raw["metrics"]["vllm_metrics"]}
     wanted = [
         ("prompt", "vllm:prompt_tokens", "counter", True),
         ("prompt_cached", "vllm:prompt_tokens_cached", "counter", True),
@@ -80,7 +80,7 @@ def _reads() -> tuple[_Read, ...]:
     ]
     out = []
     for field, family, kind, required in wanted:
-        fact = facts.get(family)
+        fact = known.get(family)
         if fact is None or fact["type"] != kind or "engine" not in fact["labels"]:
             raise RuntimeError(f"vLLM facts disagree with the scraper about {family} ({kind}, per engine)")
         exposed = fact["exposed_as"]

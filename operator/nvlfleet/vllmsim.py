@@ -5,7 +5,7 @@ stands, so the scraper (``telemetry``) and a real Prometheus read it exactly as 
 gauge can be checked against ground truth (the ``Load`` it was given).
 
 What makes it vLLM-shaped: every family, type, label set, label value and histogram bucket comes from the pinned
-facts (``data/vllm-0.33.0/metrics.json``); the text is produced by prometheus-client like vLLM's own (counters as
+facts (``nvlfleet.facts``); the text is produced by prometheus-client like vLLM's own (counters as
 ``_total`` plus ``_created`` samples, single-process mode); series are per DP engine (``engine`` label) and
 carry ``model_name``. Counters grow at the configured rates on an injectable clock, so tests drive time.
 
@@ -24,18 +24,17 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import functools
-import importlib.resources
-import json
 import math
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import prometheus_client
 from aiohttp import web
 from prometheus_client import metrics_core
+
+from nvlfleet import facts
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -46,12 +45,9 @@ CONTROL_PREFIX = "/_sim"
 Clock = Callable[[], float]
 
 
-@functools.cache
-def metric_facts(version: str = VLLM_VERSION) -> dict[str, Any]:
-    """The pinned vLLM metric facts (families, labels, label values, buckets) shipped as package data."""
-    resource = importlib.resources.files("nvlfleet") / "data" / f"vllm-{version}" / "metrics.json"
-    facts: dict[str, Any] = json.loads(resource.read_text(encoding="utf-8"))
-    return facts
+def metric_facts(version: str = VLLM_VERSION) -> Mapping[str, Any]:
+    """The pinned vLLM metric facts (families, labels, label values, buckets): ``facts.json`` as packaged."""
+    return facts.load(version).raw
 
 
 class Mode(enum.StrEnum):
