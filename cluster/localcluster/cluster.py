@@ -114,6 +114,31 @@ def down(progress: binaries.Progress = binaries.say) -> list[str]:
     return stopped
 
 
+def restart(
+    name: str, *, kill: bool = False, down_seconds: float = 0.0, progress: binaries.Progress = binaries.say
+) -> float:
+    """Stop one component by its recorded PID (SIGTERM, or SIGKILL with `kill`: a crash), leave it down for
+    `down_seconds`, start it again on its recorded ports and wait until it is healthy; returns the seconds from
+    the stop to healthy again. For fault tests: every other component keeps running as it was."""
+    root = paths.cluster_dir()
+    with _lock(root):
+        state = _load_state(root)
+        if not state:
+            raise errors.ComponentError(name, "no cluster is recorded here", root)
+        layout = _layout(root, state)
+        component = next((c for c in components.ALL if c.name == name), None)
+        if component is None:
+            raise errors.ComponentError(name, f"not a component (one of {', '.join(c.name for c in components.ALL)})")
+        binary = layout.binaries[name]
+        pid = processes.read_pid(layout.pid_file(name))
+        stopped = time.monotonic()
+        processes.stop(pid, binary, kill=kill)
+        time.sleep(down_seconds)
+        _ensure_running(layout, component, progress)
+        _wait_healthy(layout, [component])
+        return time.monotonic() - stopped
+
+
 def default_kubeconfig() -> pathlib.Path:
     return paths.cluster_dir() / "kubeconfig"
 

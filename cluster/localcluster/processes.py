@@ -58,18 +58,20 @@ def alive(pid: int | None, binary: pathlib.Path) -> bool:
     return exe.removesuffix(" (deleted)") == str(binary)
 
 
-def stop(pid: int | None, binary: pathlib.Path, timeout: float = 15.0) -> None:
-    """SIGTERM the recorded PID, then SIGKILL after `timeout`; no-op if it is not ours any more."""
+def stop(pid: int | None, binary: pathlib.Path, timeout: float = 15.0, *, kill: bool = False) -> None:
+    """SIGTERM the recorded PID, then SIGKILL after `timeout` (at once with `kill`, as a crash would); no-op if
+    it is not ours any more."""
     if not alive(pid, binary):
         return
     assert pid is not None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid, binary):
-            return
-        time.sleep(0.1)
+    if not kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not alive(pid, binary):
+                return
+            time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
