@@ -181,6 +181,10 @@ def _kwok(layout: Layout) -> list[str]:
         f"--server-address=127.0.0.1:{layout.ports['kwok']}",
         "--node-ip=127.0.0.1",
         f"--cidr={KWOK_FALLBACK_POD_CIDR}",
+        # Renew a Lease per node (kwokctl's value). The heartbeat stage patches node status only every 10-20
+        # minutes; without Leases the node lifecycle controller sees every node go silent after its 50 s grace
+        # period and marks all its pods NotReady, which kwok never undoes (kubernetes-sigs/kwok#1464).
+        "--node-lease-duration-seconds=40",
     ]
 
 
