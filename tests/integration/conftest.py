@@ -9,6 +9,11 @@
 - `wait_for`: `wait_for(predicate, timeout, what)` polls until the predicate is truthy, else fails the test.
 - `fleet_factory`: `fleet_factory(racks=2, gpu="GB200", oddities=...)` adds kwok nodes shaped like NVL72
   trays under a fleet name unique to the test and removes them afterwards.
+- `crd` (session): the DeepSeekServing CRD as `nvlfleet crd` prints it, applied and Established.
+- `imex` (session), `gb200_fleet`: the IMEX-channel stand-in (computedomains.py) and GB200 racks whose trays
+  publish a channel each, so pods claiming a ComputeDomain's channel schedule as on a real GB200 cluster.
+- `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (operator_process.py).
+- `cluster`: servings.Cluster on the test's namespace (builders and readers are in servings.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import hashlib
 import os
 import pathlib
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +35,10 @@ from kubernetes.client.rest import ApiException
 # The Makefile puts cluster/ on PYTHONPATH; a bare `pytest` run gets it here.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
 
+import computedomains
+import servings
 from localcluster import binaries, cluster, errors, fleet
+from operator_process import REPO, OperatorProcess
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,3 +157,80 @@ def _exists(read: Callable[[], Any]) -> bool:
             return False
         raise
     return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The operator under test: its CRD, the IMEX-channel stand-in, GB200 racks, `nvlfleet run` by PID
+
+
+@pytest.fixture(scope="session")
+def crd(local_cluster: LocalCluster) -> None:
+    """The DeepSeekServing CRD as ``nvlfleet crd`` generates it, applied with server-side apply."""
+    text = subprocess.run(
+        [sys.executable, "-m", "nvlfleet.cli", "crd"], check=True, capture_output=True, text=True, cwd=REPO
+    ).stdout
+    subprocess.run(
+        ["kubectl", "apply", "--server-side", "--force-conflicts", "--field-manager=nvlfleet-tests", "-f", "-"],
+        input=text,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    subprocess.run(
+        ["kubectl", "wait", "--for=condition=Established", "crd/deepseekservings.nvlfleet.io", "--timeout=60s"],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def imex(api_client: client.ApiClient, crd: None) -> Iterator[None]:
+    computedomains.install_device_class(api_client)
+    with computedomains.driver(api_client):
+        yield
+
+
+@pytest.fixture
+def gb200_fleet(fleet_factory: FleetFactory, api_client: client.ApiClient, imex: None) -> Iterator[FleetFactory]:
+    """``gb200_fleet(racks)``: kwok NVL72 racks whose nodes publish an IMEX channel each."""
+    made: list[Fleet] = []
+
+    def make(racks: int = 1, **options: Any) -> Fleet:
+        made_fleet = fleet_factory(racks=racks, gpu="GB200", **options)
+        computedomains.publish_channels(api_client, made_fleet.node_names())
+        made.append(made_fleet)
+        return made_fleet
+
+    yield make
+    for made_fleet in made:
+        computedomains.withdraw_channels(api_client, made_fleet.node_names())
+
+
+@pytest.fixture
+def start_operator(
+    kubeconfig: pathlib.Path, namespace: str, tmp_path: pathlib.Path, crd: None
+) -> Iterator[Callable[..., Any]]:
+    """``start_operator(webhook=False, namespaces=None, wait=True)``: ``nvlfleet run --namespace <the test's>``
+    with its PID recorded; stopped by that PID at the end of the test, its log tail printed."""
+    started: list[OperatorProcess] = []
+
+    def start(*, namespaces: list[str] | None = None, wait: bool = True, **options: Any) -> OperatorProcess:
+        process = OperatorProcess(
+            tmp_path / f"operator-{len(started)}", kubeconfig, namespaces or [namespace], **options
+        )
+        started.append(process)
+        process.start()
+        if wait:
+            process.wait_ready()
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+        print(f"--- {process.log} ---\n{process.tail()}")
+
+
+@pytest.fixture(name="cluster")
+def cluster_fixture(api_client: client.ApiClient, namespace: str) -> servings.Cluster:
+    """Reads and writes on the test's namespace (see servings.Cluster)."""
+    return servings.Cluster(api_client, namespace)

@@ -3,209 +3,25 @@
 Every test gets its own namespace, its own kwok fleet (servings select it with ``spec.pod.nodeSelector``, so
 tests running side by side never share racks) and its own ``nvlfleet run`` process reconciling only that
 namespace. A stand-in for the NVIDIA driver's ComputeDomain side (``computedomains.py``) lets pods that claim an
-IMEX channel schedule, as they would on a real GB200 cluster.
+IMEX channel schedule, as they would on a real GB200 cluster. Fixtures are in conftest.py, builders and
+readers in servings.py.
 """
 
 from __future__ import annotations
 
 import copy
-import pathlib
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from localcluster import fleet as fleets
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import computedomains
-from operator_process import REPO, OperatorProcess
+from servings import Cluster, groups_of, node_cliques, serving
 
 pytestmark = pytest.mark.integration
 
-GROUP, VERSION, PLURAL = "nvlfleet.io", "v1alpha1", "deepseekservings"
-LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-CD = ("resource.nvidia.com", "v1beta1", "computedomains")
-MANAGED = "app.kubernetes.io/managed-by=nvlfleet"
 Wait = Callable[..., Any]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Fixtures
-
-
-@pytest.fixture(scope="session")
-def crd(local_cluster: Any) -> None:
-    """The DeepSeekServing CRD as ``nvlfleet crd`` generates it, applied with server-side apply."""
-    text = subprocess.run(
-        [sys.executable, "-m", "nvlfleet.cli", "crd"], check=True, capture_output=True, text=True, cwd=REPO
-    ).stdout
-    subprocess.run(
-        ["kubectl", "apply", "--server-side", "--force-conflicts", "--field-manager=nvlfleet-tests", "-f", "-"],
-        input=text,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    subprocess.run(
-        ["kubectl", "wait", "--for=condition=Established", "crd/deepseekservings.nvlfleet.io", "--timeout=60s"],
-        check=True,
-        capture_output=True,
-    )
-
-
-@pytest.fixture(scope="session")
-def imex(api_client: client.ApiClient, crd: None) -> Iterator[None]:
-    computedomains.install_device_class(api_client)
-    with computedomains.driver(api_client):
-        yield
-
-
-@pytest.fixture
-def gb200_fleet(
-    fleet_factory: Callable[..., Any], api_client: client.ApiClient, imex: None
-) -> Iterator[Callable[..., Any]]:
-    """``gb200_fleet(racks)``: kwok NVL72 racks whose nodes publish an IMEX channel each."""
-    made: list[Any] = []
-
-    def make(racks: int = 1, **options: Any) -> Any:
-        fleet = fleet_factory(racks=racks, gpu="GB200", **options)
-        computedomains.publish_channels(api_client, fleet.node_names())
-        made.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in made:
-        computedomains.withdraw_channels(api_client, fleet.node_names())
-
-
-@pytest.fixture
-def start_operator(
-    kubeconfig: pathlib.Path, namespace: str, tmp_path: pathlib.Path, crd: None
-) -> Iterator[Callable[..., OperatorProcess]]:
-    """``start_operator(webhook=False)``: ``nvlfleet run --namespace <the test's>`` with its PID recorded;
-    stopped by that PID at the end of the test, its log printed when the test failed."""
-    started: list[OperatorProcess] = []
-
-    def start(**options: Any) -> OperatorProcess:
-        process = OperatorProcess(tmp_path / f"operator-{len(started)}", kubeconfig, [namespace], **options)
-        started.append(process)
-        process.start().wait_ready()
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-        print(f"--- {process.log} ---\n{process.tail()}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Builders and readers
-
-
-def serving(name: str, fleet: Any, *, groups: int, nodes: int = 2, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
-        "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
-        "gpu": "GB200",
-        "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes}}},
-        "pod": {"nodeSelector": {fleets.LABEL_FLEET: fleet.name}},
-    }
-    body.update(spec)
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DeepSeekServing", "metadata": {"name": name}, "spec": body}
-
-
-class Cluster:
-    """Reads and writes the test needs, on the admin connection."""
-
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.namespace = namespace
-
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, obj
-        )
-        return created
-
-    def get(self, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
-        return obj
-
-    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
-
-    def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
-        status = self.get(name).get("status") or {}
-        return next((c for c in status.get("conditions") or [] if c["type"] == ctype), None)
-
-    def is_(self, name: str, ctype: str, value: str = "True") -> bool:
-        cond = self.condition(name, ctype)
-        return cond is not None and cond["status"] == value
-
-    def ready(self, name: str) -> bool:
-        obj = self.get(name)
-        status = obj.get("status") or {}
-        return status.get("observedGeneration") == obj["metadata"]["generation"] and self.is_(name, "Ready")
-
-    def children(self, serving: str) -> dict[str, list[dict[str, Any]]]:
-        selector = f"{MANAGED},nvlfleet.io/serving={serving}"
-        return {
-            "LeaderWorkerSet": self.custom.list_namespaced_custom_object(
-                *LWS[:2], self.namespace, LWS[2], label_selector=selector
-            )["items"],
-            "ComputeDomain": self.custom.list_namespaced_custom_object(
-                *CD[:2], self.namespace, CD[2], label_selector=selector
-            )["items"],
-            "Service": [
-                s.to_dict() for s in self.core.list_namespaced_service(self.namespace, label_selector=selector).items
-            ],
-        }
-
-    def pods(self, serving: str) -> list[client.V1Pod]:
-        selector = f"nvlfleet.io/serving={serving}"
-        return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
-
-    def events(self, name: str) -> list[tuple[str, str, str]]:
-        found = self.core.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.kind=DeepSeekServing,involvedObject.name={name}"
-        ).items
-        return [(e.type, e.reason, e.message) for e in found if e.source and e.source.component == "nvlfleet"]
-
-    def resource_versions(self, serving: str) -> dict[str, str]:
-        versions = {f"DeepSeekServing/{serving}": self.get(serving)["metadata"]["resourceVersion"]}
-        for kind, objs in self.children(serving).items():
-            for obj in objs:
-                meta = obj["metadata"]
-                versions[f"{kind}/{meta['name']}"] = meta.get("resourceVersion") or meta.get("resource_version")
-        return versions
-
-
-@pytest.fixture
-def cluster(api_client: client.ApiClient, namespace: str) -> Cluster:
-    return Cluster(api_client, namespace)
-
-
-def node_cliques(api_client: client.ApiClient, fleet: Any) -> dict[str, str]:
-    nodes = client.CoreV1Api(api_client).list_node(label_selector=f"{fleets.LABEL_FLEET}={fleet.name}").items
-    return {n.metadata.name: n.metadata.labels[fleets.LABEL_CLIQUE] for n in nodes}
-
-
-def groups_of(pods: list[client.V1Pod]) -> dict[tuple[str, str], list[client.V1Pod]]:
-    out: dict[tuple[str, str], list[client.V1Pod]] = {}
-    for pod in pods:
-        labels = pod.metadata.labels
-        key = (labels["leaderworkerset.sigs.k8s.io/name"], labels["leaderworkerset.sigs.k8s.io/group-index"])
-        out.setdefault(key, []).append(pod)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
