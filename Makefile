@@ -89,3 +89,11 @@ cluster-status: ## show the local cluster's components; prints KUBECONFIG=...
 .PHONY: fleet
 fleet: setup ## add a simulated NVL72 fleet: make fleet RACKS=4 GPU=GB200
 	@$(PY) -m localcluster fleet --racks $(RACKS) --gpu $(GPU)
+
+.PHONY: demo
+demo: setup prometheus ## the main job on a laptop: 4 GB200 + 2 GB300 NVL72 racks served by nvlfleet, live tokens/s and $/GPU-h
+	@$(PY) -m localdemo up
+
+.PHONY: demo-down
+demo-down: ## stop the demo's operator, simulated vLLM and Prometheus (recorded PIDs) and remove its objects
+	@$(PY) -m localdemo down

@@ -128,10 +128,11 @@ class Server:
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
         binaries: Binaries | None = None,
+        port: int = 0,
     ) -> None:
         self.workdir = workdir
         self.binaries = binaries or ensure()
-        self.port = free_port()
+        self.port = port or free_port()  # a fixed port for a server that outlives its caller (the demo)
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},

@@ -10,7 +10,7 @@
 - `fleet_factory`: `fleet_factory(racks=2, gpu="GB200", oddities=...)` adds kwok nodes shaped like NVL72
   trays under a fleet name unique to the test and removes them afterwards.
 - `crd` (session): the DeepSeekServing CRD as `nvlfleet crd` prints it, applied and Established.
-- `imex` (session), `gb200_fleet`: the IMEX-channel stand-in (computedomains.py) and GB200 racks whose trays
+- `imex` (session), `gb200_fleet`: the IMEX-channel stand-in (localcluster.computedomains) and GB200 racks whose trays
   publish a channel each, so pods claiming a ComputeDomain's channel schedule as on a real GB200 cluster.
 - `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (operator_process.py).
 - `cluster`: servings.Cluster on the test's namespace (builders and readers are in servings.py).
@@ -35,9 +35,8 @@ from kubernetes.client.rest import ApiException
 # The Makefile puts cluster/ on PYTHONPATH; a bare `pytest` run gets it here.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
 
-import computedomains
 import servings
-from localcluster import binaries, cluster, errors, fleet
+from localcluster import binaries, cluster, computedomains, errors, fleet
 from operator_process import REPO, OperatorProcess
 
 

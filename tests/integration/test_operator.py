@@ -2,7 +2,7 @@
 
 Every test gets its own namespace, its own kwok fleet (servings select it with ``spec.pod.nodeSelector``, so
 tests running side by side never share racks) and its own ``nvlfleet run`` process reconciling only that
-namespace. A stand-in for the NVIDIA driver's ComputeDomain side (``computedomains.py``) lets pods that claim an
+namespace. A stand-in for the NVIDIA driver's ComputeDomain side (localcluster.computedomains) lets pods that claim an
 IMEX channel schedule, as they would on a real GB200 cluster. Fixtures are in conftest.py, builders and
 readers in servings.py.
 """

@@ -1,0 +1,197 @@
+"""The demo's data plane: what the NVIDIA driver and the vLLM leaders would be on real racks, following the cluster.
+
+One background process (``python -m localdemo agent``), one pass per second over the demo namespace:
+
+    ComputeDomains ──► ResourceClaimTemplates (localcluster.computedomains: the pods' IMEX claims can schedule)
+    leader pods (Running, with an IP) ──► one simulated vLLM 0.33 server on podIP:http at workload.load(...)
+                                      ──► Prometheus file_sd targets (labels namespace, serving, role, domain, pod)
+
+kwok gives every pod a loopback IP, so the simulated server listens exactly where the operator looks for the
+leader's /metrics. A leader that goes away loses its server; a serving whose shape changes gets new rates. The
+operator is not told anything: it finds the servers the way it finds real vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import signal
+from typing import Any
+
+import pydantic
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from localcluster import computedomains
+
+from localdemo import workload
+from nvlfleet import models, render, vllmsim
+
+log = logging.getLogger("localdemo.agent")
+
+LEADER_SELECTOR = f"{render.SERVING_LABEL},{render.LWS_WORKER_INDEX_LABEL}=0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Leader:
+    """One group leader as the cluster shows it, and the load its simulated server carries."""
+
+    namespace: str
+    serving: str
+    role: models.RoleName
+    pod: str
+    domain: str
+    load: vllmsim.Load
+    engines: int
+    model: str
+
+    def labels(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "serving": self.serving, "role": self.role.value}
+
+
+class Agent:
+    def __init__(self, api: client.ApiClient, namespace: str, targets_file: pathlib.Path) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.targets_file = targets_file
+        self.sim = vllmsim.Simulator()
+        self.serving: dict[tuple[str, int], tuple[vllmsim.Endpoint, Leader]] = {}
+        self._domains: dict[str, str] = {}  # node name -> NVLink domain (its clique label)
+        self._targets = ""
+
+    async def run(self, stop: asyncio.Event, interval: float = 1.0) -> None:
+        log.info("following namespace %s", self.namespace)
+        while not stop.is_set():
+            try:
+                await self.sync()
+            except (ApiException, OSError) as err:  # the API server restarting: try again next pass
+                log.warning("pass failed: %s", err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+        await self.sim.close()
+
+    async def sync(self) -> None:
+        made = await asyncio.to_thread(computedomains.sync_templates, self.api, self.namespace)
+        if made:
+            log.info("created %d ResourceClaimTemplate(s) for new ComputeDomains", made)
+        leaders = await asyncio.to_thread(self.leaders)
+        for address in set(self.serving) - set(leaders):
+            endpoint, gone = self.serving.pop(address)
+            await self.sim.set_mode(endpoint, vllmsim.Mode.DOWN)
+            log.info("leader %s/%s gone: stopped its server on %s:%d", gone.namespace, gone.pod, *address)
+        for address, leader in leaders.items():
+            await self.serve(address, leader)
+        self.write_targets()
+
+    async def serve(self, address: tuple[str, int], leader: Leader) -> None:
+        current = self.serving.get(address)
+        if current is not None and current[1] == leader:
+            return
+        if current is not None and (current[1].engines, current[1].model) == (leader.engines, leader.model):
+            current[0].set_load(leader.load)
+            self.serving[address] = (current[0], leader)
+            log.info("leader %s/%s: new load %s", leader.namespace, leader.pod, leader.load)
+            return
+        if current is not None:
+            await self.sim.set_mode(current[0], vllmsim.Mode.DOWN)
+        try:
+            endpoint = await self.sim.add(*address, load=leader.load, engines=leader.engines, model_name=leader.model)
+        except OSError as err:
+            log.warning("cannot listen on %s:%d for %s/%s: %s", *address, leader.namespace, leader.pod, err)
+            return
+        self.serving[address] = (endpoint, leader)
+        log.info(
+            "leader %s/%s (%s %s, domain %s) on %s: %d engine(s), %.0f tokens/s",
+            leader.namespace,
+            leader.pod,
+            leader.serving,
+            leader.role.value,
+            leader.domain,
+            endpoint.url,
+            leader.engines,
+            leader.load.prompt + leader.load.generation,
+        )
+
+    def leaders(self) -> dict[tuple[str, int], Leader]:
+        """Every Running leader pod with an IP, keyed by the address its vLLM server listens on."""
+        custom = client.CustomObjectsApi(self.api)
+        servings: dict[str, models.DeepSeekServing] = {}
+        for obj in custom.list_namespaced_custom_object(models.GROUP, models.VERSION, self.namespace, models.PLURAL)[
+            "items"
+        ]:
+            with contextlib.suppress(pydantic.ValidationError):
+                servings[obj["metadata"]["name"]] = models.DeepSeekServing.model_validate(obj)
+        pods = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=LEADER_SELECTOR).items
+        found: dict[tuple[str, int], Leader] = {}
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            serving = servings.get(labels[render.SERVING_LABEL])
+            if serving is None or pod.status.phase != "Running" or not pod.status.pod_ip:
+                continue
+            try:
+                role = models.RoleName(labels.get(render.ROLE_LABEL, "decode"))
+                load, engines = workload.load(serving, role)
+            except (ValueError, KeyError) as err:
+                log.warning("no load for %s/%s: %s", self.namespace, pod.metadata.name, err)
+                continue
+            address = (pod.status.pod_ip, _http_port(pod))
+            found[address] = Leader(
+                namespace=self.namespace,
+                serving=serving.metadata.name,
+                role=role,
+                pod=pod.metadata.name,
+                domain=self.domain(pod.spec.node_name, serving.spec.placement.domain_label),
+                load=load,
+                engines=engines,
+                model=models.served_name(serving),
+            )
+        return found
+
+    def domain(self, node: str | None, label: str) -> str:
+        if node and node not in self._domains:
+            labels = client.CoreV1Api(self.api).read_node(node).metadata.labels or {}
+            self._domains[node] = labels.get(label, node)
+        return self._domains.get(node or "", "unknown")
+
+    def write_targets(self) -> None:
+        """Prometheus file_sd: one target per leader, labelled like the dashboards' vllm: queries expect."""
+        groups = [
+            {"targets": [f"{host}:{port}"], "labels": {**leader.labels(), "domain": leader.domain, "pod": leader.pod}}
+            for (host, port), (_, leader) in sorted(self.serving.items())
+        ]
+        text = json.dumps(groups, indent=1) + "\n"
+        if text == self._targets:
+            return
+        self.targets_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.targets_file.with_name(self.targets_file.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.targets_file)  # Prometheus never reads half a file
+        self._targets = text
+
+
+def _http_port(pod: Any) -> int:
+    ports = [p for c in pod.spec.containers for p in c.ports or []]
+    named = [p.container_port for p in ports if p.name == render.HTTP_PORT_NAME]
+    return int(named[0] if named else ports[0].container_port if ports else 8000)
+
+
+def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            await Agent(api, namespace, targets_file).run(stop)
+        finally:
+            api.close()
+
+    asyncio.run(run())
+    return 0

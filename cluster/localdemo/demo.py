@@ -1,0 +1,687 @@
+"""`make demo`: a simulated GB200/GB300 NVL72 fleet served by nvlfleet, with live tokens/s and $/GPU-hour.
+
+The steps, each one reusing what already runs, so `make demo` twice changes nothing the second time:
+
+ 1. the local cluster (``localcluster.cluster.up``: etcd, kube-apiserver, controllers, scheduler, kwok, LWS);
+ 2. the fleet: NVL72 racks of kwok trays (4 × GB200 and 2 × GB300 by default) with their IMEX channels;
+ 3. the DeepSeekServing CRD from crds/, the demo namespace and the weights volume the examples mount;
+ 4. the operator, ``nvlfleet run`` beside the cluster (validating webhook, metrics on 127.0.0.1);
+ 5. the agent (``localdemo.agent``): ComputeDomain claim templates and a simulated vLLM server per leader;
+ 6. Prometheus (Debian's package via ``localprometheus``) scraping the operator and the leaders, with the
+    chart's alert rules loaded;
+ 7. the GB200/GB300 examples, each with a nodeSelector that keeps it on the demo's racks;
+ 8. wait until every serving is Ready and reports tokens/s and $/GPU-hour, then print what to look at.
+
+Background processes (operator, agent, Prometheus) record their PID and command line under ``.demo/`` and log
+there; ``down`` stops exactly those PIDs (a PID whose command line differs is not ours and is left alone),
+then removes the demo's namespace, nodes and volumes. The cluster keeps running (``make cluster-down``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import localprometheus
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from localcluster import binaries, cluster, computedomains, fleet
+
+from nvlfleet import inventory, models, render
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = tuple(sorted((REPO / "examples").glob("gb*.yaml")))  # the demo has no H200 nodes
+CRD = REPO / "crds" / "nvlfleet.io_deepseekservings.yaml"
+DASHBOARDS = REPO / "charts" / "nvlfleet" / "dashboards"
+ALERT_RULES = REPO / "charts" / "nvlfleet" / "files" / "nvlfleet.rules.yaml"
+FIELD_MANAGER = "nvlfleet-demo"
+PROMETHEUS_PORT = 9090  # preferred; any free port when taken
+SAMPLE_QUERY = "sum by (namespace, serving) (nvlfleet_revenue_per_hour)"
+
+Say = Callable[[str], None]
+
+
+def default_root() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("NVLFLEET_DEMO_DIR") or REPO / ".demo").resolve()
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    root: pathlib.Path = dataclasses.field(default_factory=default_root)
+    namespace: str = "inference"
+    fleet: str = "demo"
+    racks: tuple[tuple[str, int], ...] = (("GB200", 4), ("GB300", 2))
+    examples: tuple[pathlib.Path, ...] = EXAMPLES
+    timeout: float = 300.0
+
+
+class DemoError(RuntimeError):
+    """A step failed; the message names the step and the log to read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What `up` printed, and the numbers behind its table (for tests and scripts)."""
+
+    servings: list[dict[str, Any]]
+    prometheus_url: str
+    text: str
+
+
+def say(message: str) -> None:
+    print(f"demo: {message}", flush=True)
+
+
+# --- up ------------------------------------------------------------------------------------------------------
+
+
+def up(options: Options | None = None, progress: Say = say) -> Result:
+    options = options or Options()
+    options.root.mkdir(parents=True, exist_ok=True)
+    state = _State.load(options.root)
+    started = time.monotonic()
+
+    def step(message: str) -> None:
+        progress(f"[{time.monotonic() - started:5.1f}s] {message}")
+
+    step("local cluster")
+    running = cluster.up(progress=lambda m: step(f"  {m}"))
+    api = config.new_client_from_config(config_file=str(running.kubeconfig))
+    try:
+        nodes = _fleet(api, options, step)
+        _prerequisites(api, running, options, step)
+        metrics_port = _operator(running, options, state, step)
+        _agent(running, options, state, step)
+        prometheus = _prometheus(options, state, metrics_port, step)
+        _apply_examples(running, options, step)
+        servings = _wait_ready(api, options, step)
+        step("every serving is Ready and reports tokens/s and $/GPU-h")
+        text = _report(api, running, options, prometheus, nodes)
+    finally:
+        api.close()
+    state.save()
+    print(text, flush=True)
+    return Result(servings, prometheus, text)
+
+
+def _fleet(api: client.ApiClient, options: Options, step: Say) -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = []
+    for gpu, racks in options.racks:
+        step(f"fleet {options.fleet!r}: {racks} {gpu} NVL72 rack(s) of 18 trays (kwok nodes)")
+        nodes += fleet.apply_fleet(api, racks, gpu, fleet=options.fleet)
+    computedomains.install_device_class(api)
+    computedomains.publish_channels(api, [n["metadata"]["name"] for n in nodes])
+    return nodes
+
+
+def _prerequisites(api: client.ApiClient, running: cluster.Cluster, options: Options, step: Say) -> None:
+    step(f"DeepSeekServing CRD from {CRD.relative_to(REPO)}")
+    _kubectl(running, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", str(CRD))
+    _kubectl(running, "wait", "--for=condition=Established", "--timeout=60s", "crd/deepseekservings.nvlfleet.io")
+    core = client.CoreV1Api(api)
+    with _exists_ok():
+        core.create_namespace({"metadata": {"name": options.namespace}})
+    # The GB200 examples mount their weights from a PVC; a pre-bound PV lets the scheduler place the pods.
+    for claim in sorted(_claims(options.examples)):
+        step(f"weights volume: PVC {options.namespace}/{claim} bound to a placeholder PV")
+        pv = f"{options.namespace}-{claim}"
+        with _exists_ok():
+            core.create_persistent_volume(
+                {
+                    "metadata": {"name": pv, "labels": {fleet.LABEL_FLEET: options.fleet}},
+                    "spec": {
+                        "capacity": {"storage": "2Ti"},
+                        "accessModes": ["ReadOnlyMany"],
+                        "storageClassName": "",
+                        "hostPath": {"path": "/mnt/models"},
+                        "claimRef": {"namespace": options.namespace, "name": claim},
+                    },
+                }
+            )
+        with _exists_ok():
+            core.create_namespaced_persistent_volume_claim(
+                options.namespace,
+                {
+                    "metadata": {"name": claim},
+                    "spec": {
+                        "accessModes": ["ReadOnlyMany"],
+                        "storageClassName": "",
+                        "volumeName": pv,
+                        "resources": {"requests": {"storage": "2Ti"}},
+                    },
+                },
+            )
+
+
+def _operator(running: cluster.Cluster, options: Options, state: _State, step: Say) -> int:
+    metrics, webhook = state.port("metrics"), state.port("webhook")
+    argv = [
+        sys.executable, "-m", "nvlfleet.cli", "run",
+        "--kubeconfig", str(running.kubeconfig),
+        "--namespace", options.namespace,
+        "--bind-address", "127.0.0.1",
+        "--metrics-port", str(metrics),
+        "--health-port", "0",
+        "--webhook-port", str(webhook),
+        "--webhook-host", "127.0.0.1",
+        "--recheck-seconds", "10",
+    ]  # fmt: skip
+    # Scrape every 5 s and copy the figures into status every 10 s (defaults 15 s and 60 s), so the demo's
+    # table fills within a minute.
+    env = {
+        "NVLFLEET_SCRAPE_SECONDS": "5",
+        "NVLFLEET_STATUS_METRICS_SECONDS": "10",
+        "KUBECONFIG": str(running.kubeconfig),  # kopf's own login reads it
+        "PYTHONUNBUFFERED": "1",
+    }
+    process = state.process("operator", argv)
+    if process.running():
+        step(f"operator: reusing pid {process.pid()} (log {_rel(process.log)})")
+    else:
+        pid = process.start(env)
+        step(f"operator: started nvlfleet run, pid {pid}, metrics on 127.0.0.1:{metrics} (log {_rel(process.log)})")
+    _wait_http(f"http://127.0.0.1:{metrics}/metrics", process, timeout=60)
+    return metrics
+
+
+def _agent(running: cluster.Cluster, options: Options, state: _State, step: Say) -> None:
+    argv = [
+        sys.executable, "-m", "localdemo", "agent",
+        "--kubeconfig", str(running.kubeconfig),
+        "--namespace", options.namespace,
+        "--targets-file", str(_targets_file(options)),
+    ]  # fmt: skip
+    process = state.process("agent", argv)
+    if process.running():
+        step(f"agent: reusing pid {process.pid()} (log {_rel(process.log)})")
+        return
+    path = os.pathsep.join(p for p in (str(REPO / "cluster"), os.environ.get("PYTHONPATH")) if p)
+    pid = process.start({"PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
+    step(f"agent: started pid {pid}: ComputeDomain stand-in + simulated vLLM leaders (log {_rel(process.log)})")
+
+
+def _prometheus(options: Options, state: _State, metrics_port: int, step: Say) -> str:
+    workdir = options.root / "prometheus"
+    port = state.port("prometheus", PROMETHEUS_PORT)
+    scrape = [
+        {"job_name": "nvlfleet-operator", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
+        {
+            "job_name": "vllm",
+            "file_sd_configs": [{"files": [str(_targets_file(options))], "refresh_interval": "5s"}],
+        },
+    ]
+    server = localprometheus.Server(
+        workdir, scrape, rule_files=[ALERT_RULES], scrape_interval="5s", evaluation_interval="5s", port=port
+    )
+    desired = yaml.safe_dump(server.config, sort_keys=False)
+    config_file = workdir / "prometheus.yml"
+    recorded = state.processes.get("prometheus")
+    if recorded and _ours(_read_pid(workdir / "prometheus.pid"), recorded) and _read(config_file) == desired:
+        step(f"Prometheus: reusing {server.url}")
+        return server.url
+    if recorded:
+        _stop(_read_pid(workdir / "prometheus.pid"), recorded)
+    _targets_file(options).parent.mkdir(parents=True, exist_ok=True)
+    if not _targets_file(options).exists():
+        _targets_file(options).write_text("[]\n")
+    step(f"Prometheus: starting {server.binaries.version().split(' (')[0]} on {server.url} (data in {_rel(workdir)})")
+    try:
+        server.start()
+    except (RuntimeError, localprometheus.QueryError) as err:
+        raise DemoError(f"Prometheus: {err}") from None
+    state.processes["prometheus"] = _cmdline(_read_pid(workdir / "prometheus.pid"))
+    state.save()
+    return server.url
+
+
+def _apply_examples(running: cluster.Cluster, options: Options, step: Say) -> None:
+    docs = []
+    for path in options.examples:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == models.KIND:
+                docs.append(_for_demo(doc, options))
+    names = ", ".join(d["metadata"]["name"] for d in docs)
+    step(f"applying {len(docs)} DeepSeekServings from examples/ into namespace {options.namespace}: {names}")
+    _kubectl(
+        running,
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(docs, sort_keys=False),
+    )
+
+
+def _for_demo(doc: dict[str, Any], options: Options) -> dict[str, Any]:
+    """The example in the demo's namespace, kept on the demo's racks (the planner honours spec.pod.nodeSelector)."""
+    doc = json.loads(json.dumps(doc))
+    doc["metadata"]["namespace"] = options.namespace
+    pod = doc["spec"].setdefault("pod", {})
+    pod.setdefault("nodeSelector", {})[fleet.LABEL_FLEET] = options.fleet
+    return doc
+
+
+def _wait_ready(api: client.ApiClient, options: Options, step: Say) -> list[dict[str, Any]]:
+    """Until every serving is Ready with tokens/s and $/GPU-h in its status; progress when something changes."""
+    deadline = time.monotonic() + options.timeout
+    last = ""
+    while True:
+        servings = _servings(api, options)
+        ready = [s for s in servings if _is_ready(s)]
+        reporting = [s for s in ready if _reports(s)]
+        line = (
+            f"{len(ready)}/{len(servings)} servings Ready, {len(reporting)}/{len(servings)} report tokens/s and $/GPU-h"
+        )
+        if line != last:
+            step(f"waiting: {line}")
+            last = line
+        if servings and len(reporting) == len(servings):
+            return servings
+        if time.monotonic() > deadline:
+            waiting = ", ".join(f"{s['metadata']['name']} ({_why(s)})" for s in servings if s not in reporting)
+            raise DemoError(
+                f"not every serving reports after {options.timeout:.0f}s: {waiting}; "
+                f"see {_rel(options.root / 'operator.log')} and {_rel(options.root / 'agent.log')}"
+            )
+        time.sleep(2)
+
+
+def _servings(api: client.ApiClient, options: Options) -> list[dict[str, Any]]:
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        models.GROUP, models.VERSION, options.namespace, models.PLURAL
+    )
+    return sorted(listed["items"], key=lambda s: s["metadata"]["name"])
+
+
+def _is_ready(serving: dict[str, Any]) -> bool:
+    ready, _, desired = str((serving.get("status") or {}).get("ready") or "").partition("/")
+    return bool(desired) and ready == desired and desired != "0"
+
+
+def _reports(serving: dict[str, Any]) -> bool:
+    status = serving.get("status") or {}
+    return bool(status.get("tokensPerSecond")) and bool(status.get("revenuePerGpuHour"))
+
+
+def _why(serving: dict[str, Any]) -> str:
+    status = serving.get("status") or {}
+    false = [c for c in status.get("conditions") or [] if c.get("status") != "True"]
+    if false:
+        return f"{false[0]['type']}: {false[0].get('message') or false[0].get('reason')}"
+    return f"ready {status.get('ready') or '-'}, no telemetry yet"
+
+
+# --- the report ------------------------------------------------------------------------------------------------
+
+
+def _report(
+    api: client.ApiClient, running: cluster.Cluster, options: Options, prometheus: str, nodes: list[dict[str, Any]]
+) -> str:
+    dss = _kubectl(running, "get", "dss", "-n", options.namespace).stdout.rstrip()
+    sample = _sample_query(prometheus)
+    lines = [
+        "",
+        f"$ kubectl get dss -n {options.namespace}",
+        dss,
+        "",
+        "Placement per NVL72 rack (NVLink domain = nvidia.com/gpu.clique; one vLLM pod per 4-GPU tray):",
+        _placement_table(api, options, nodes),
+        "",
+        f"Prometheus  {prometheus}  (scrapes the operator and every simulated vLLM leader every 5 s)",
+        f"  query:    {SAMPLE_QUERY}",
+        *[f"            {line}" for line in sample],
+        f"  graph:    {prometheus}/graph?g0.expr={urllib.parse.quote(SAMPLE_QUERY)}&g0.tab=0",
+        f"Grafana     import {_rel(DASHBOARDS)}/*.json with a Prometheus data source at {prometheus}",
+        f"kubectl     export KUBECONFIG={running.kubeconfig} PATH={binaries.path_dir()}:$PATH",
+        f"            kubectl describe dss -n {options.namespace}",
+        f"Logs        {_rel(options.root)}/operator.log, agent.log, prometheus/prometheus.log",
+        "Stop        make demo-down   (then make cluster-down to stop the cluster too)",
+    ]
+    return "\n".join(lines)
+
+
+def _placement_table(api: client.ApiClient, options: Options, nodes: list[dict[str, Any]]) -> str:
+    """Per rack: its domain, trays in use, and which serving's groups sit there (from the live pods)."""
+    racks: dict[str, tuple[str, str, int]] = {}  # domain -> (GPU, rack label, trays)
+    domain_of: dict[str, str] = {}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        domain = labels.get(fleet.LABEL_CLIQUE, "")
+        gpu = labels.get(fleet.LABEL_PRODUCT, "").removeprefix("NVIDIA-")
+        name, rack, trays = racks.get(domain, (gpu, labels.get(fleet.LABEL_RACK, "?"), 0))
+        racks[domain] = (name, rack, trays + 1)
+        domain_of[node["metadata"]["name"]] = domain
+    busy: dict[str, int] = {}
+    groups: dict[str, dict[tuple[str, str], set[str]]] = {}
+    pods = client.CoreV1Api(api).list_namespaced_pod(options.namespace, label_selector=render.SERVING_LABEL).items
+    for pod in pods:
+        domain = domain_of.get(pod.spec.node_name or "")
+        if domain is None:
+            continue
+        labels = pod.metadata.labels
+        busy[domain] = busy.get(domain, 0) + 1
+        key = (labels[render.SERVING_LABEL], labels.get(render.ROLE_LABEL, "decode"))
+        groups.setdefault(domain, {}).setdefault(key, set()).add(
+            labels.get(render.LWS_GROUP_KEY_LABEL, pod.metadata.name)
+        )
+    rows = []
+    for domain, (gpu, rack, trays) in sorted(racks.items(), key=lambda item: (item[1][0], int(item[1][1]))):
+        placed = groups.get(domain, {})
+        what = ", ".join(f"{serving} {role} x{len(keys)}" for (serving, role), keys in sorted(placed.items()))
+        used = busy.get(domain, 0)
+        rows.append(
+            [f"{gpu} rack {rack}", inventory.short_domain(domain), f"{used}/{trays}", str(trays - used), what or "-"]
+        )
+    return _table(["RACK", "NVLINK DOMAIN", "TRAYS USED", "FREE", "GROUPS (serving role x groups)"], rows)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]
+    )
+
+
+def _sample_query(prometheus: str) -> list[str]:
+    """The sample query's answer right now, waiting (briefly) for Prometheus' first scrapes."""
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": SAMPLE_QUERY})
+    deadline = time.monotonic() + 30
+    result: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            result = json.load(answer)["data"]["result"]
+        if result:
+            break
+        time.sleep(1)
+    if not result:
+        return ["(no samples yet: Prometheus scrapes every 5 s)"]
+    return [
+        f"{r['metric'].get('namespace')}/{r['metric'].get('serving')}: ${float(r['value'][1]):,.2f} per hour"
+        for r in sorted(result, key=lambda r: r["metric"].get("serving", ""))
+    ]
+
+
+# --- down ------------------------------------------------------------------------------------------------------
+
+
+def down(options: Options | None = None, progress: Say = say) -> list[str]:
+    """Remove the demo's servings (while the operator still runs to finalize them), stop its processes by their
+    recorded PIDs, then remove its namespace, nodes and volumes. Returns what was stopped."""
+    options = options or Options()
+    state = _State.load(options.root)
+    running, health = cluster.status()
+    up = running is not None and bool(health) and all(health.values())
+    api = config.new_client_from_config(config_file=str(running.kubeconfig)) if up and running else None
+    try:
+        if api is not None:
+            _delete_servings(api, options, progress)
+        stopped = []
+        for name in ("operator", "agent"):
+            process = state.process(name, state.processes.get(name) or [])
+            if process.running():
+                stopped.append(f"{name} (pid {process.pid()})")
+                process.stop()
+        prometheus_pid = _read_pid(options.root / "prometheus" / "prometheus.pid")
+        if _ours(prometheus_pid, state.processes.get("prometheus") or []):
+            stopped.append(f"prometheus (pid {prometheus_pid})")
+            _stop(prometheus_pid, state.processes["prometheus"])
+        for line in stopped:
+            progress(f"stopped {line}")
+        # A new demo gets new leaders: old series would linger in queries for Prometheus' 5-minute lookback.
+        shutil.rmtree(options.root / "prometheus" / "data", ignore_errors=True)
+        _targets_file(options).unlink(missing_ok=True)
+        if api is not None:
+            _remove_objects(api, options, progress)
+    finally:
+        if api is not None:
+            api.close()
+    (options.root / _State.FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def _delete_servings(api: client.ApiClient, options: Options, progress: Say, timeout: float = 30.0) -> None:
+    """Delete the servings and wait for the operator's finalizer; without an operator, drop the finalizer."""
+    custom = client.CustomObjectsApi(api)
+    where = (models.GROUP, models.VERSION, options.namespace, models.PLURAL)
+    try:
+        names = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
+    except ApiException:
+        return  # no namespace (or no CRD): nothing to delete
+    if names:
+        progress(f"deleting {len(names)} DeepSeekServing(s) in {options.namespace}")
+    for name in names:
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(*where, name)
+    deadline = time.monotonic() + timeout
+    while names and time.monotonic() < deadline:
+        names = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
+        time.sleep(0.5)
+    for name in names:  # the operator is not running: nobody else will remove its finalizer
+        with contextlib.suppress(ApiException):
+            custom.patch_namespaced_custom_object(*where, name, {"metadata": {"finalizers": None}})
+
+
+def _remove_objects(api: client.ApiClient, options: Options, progress: Say) -> None:
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(options.namespace, propagation_policy="Background")
+        progress(f"deleting namespace {options.namespace}")
+    selector = f"{fleet.LABEL_FLEET}={options.fleet}"
+    names = [n.metadata.name for n in core.list_node(label_selector=selector).items]
+    computedomains.withdraw_channels(api, names)
+    removed = fleet.delete_fleet(api, options.fleet)
+    for pv in core.list_persistent_volume(label_selector=selector).items:
+        with contextlib.suppress(ApiException):
+            core.delete_persistent_volume(pv.metadata.name)
+    progress(f"removed fleet {options.fleet!r} ({removed} nodes); the cluster keeps running (make cluster-down)")
+
+
+# --- state and processes ---------------------------------------------------------------------------------------
+
+
+class _State:
+    """Ports and the command line of each background process, in <root>/state.json."""
+
+    FILE = "state.json"
+
+    def __init__(self, root: pathlib.Path, data: dict[str, Any]) -> None:
+        self.root = root
+        self.ports: dict[str, int] = dict(data.get("ports") or {})
+        self.processes: dict[str, list[str]] = dict(data.get("processes") or {})
+
+    @classmethod
+    def load(cls, root: pathlib.Path) -> _State:
+        try:
+            return cls(root, json.loads((root / cls.FILE).read_text()))
+        except (OSError, ValueError):
+            return cls(root, {})
+
+    def save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / (self.FILE + ".tmp")
+        tmp.write_text(json.dumps({"ports": self.ports, "processes": self.processes}, indent=2) + "\n")
+        tmp.replace(self.root / self.FILE)
+
+    def port(self, name: str, preferred: int = 0) -> int:
+        """The port recorded for ``name``; a new free one (``preferred`` if free) the first time."""
+        if name not in self.ports:
+            self.ports[name] = preferred if preferred and _free(preferred) else localprometheus.free_port()
+            self.save()
+        return self.ports[name]
+
+    def process(self, name: str, argv: list[str]) -> _Process:
+        return _Process(self, name, argv)
+
+
+@dataclasses.dataclass
+class _Process:
+    state: _State
+    name: str
+    argv: list[str]
+
+    @property
+    def log(self) -> pathlib.Path:
+        return self.state.root / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> pathlib.Path:
+        return self.state.root / f"{self.name}.pid"
+
+    def pid(self) -> int | None:
+        return _read_pid(self.pid_file)
+
+    def running(self) -> bool:
+        """Our process runs with exactly this command line (a changed one is restarted by ``start``)."""
+        return _ours(self.pid(), self.argv)
+
+    def start(self, env: dict[str, str]) -> int:
+        recorded = self.state.processes.get(self.name)
+        if recorded:
+            _stop(self.pid(), recorded)
+        log = self.log.open("ab")
+        log.write(f"\n==> {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(self.argv)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(
+            self.argv,
+            cwd=REPO,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives `make demo`; stopped by `make demo-down`
+        )
+        log.close()
+        self.pid_file.write_text(f"{process.pid}\n")
+        self.state.processes[self.name] = self.argv
+        self.state.save()
+        return process.pid
+
+    def stop(self) -> None:
+        _stop(self.pid(), self.argv)
+        self.pid_file.unlink(missing_ok=True)
+
+
+def _cmdline(pid: int | None) -> list[str]:
+    try:
+        raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, TypeError):
+        return []
+    return raw.decode(errors="replace").rstrip("\0").split("\0") if raw else []
+
+
+def _ours(pid: int | None, argv: Sequence[str]) -> bool:
+    """True while ``pid`` runs exactly ``argv`` (not a zombie, not a recycled PID running something else)."""
+    if pid is None or not argv:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # started by this very process (tests): collect it if it exited
+    return _cmdline(pid) == list(argv)
+
+
+def _stop(pid: int | None, argv: Sequence[str], timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; only while the PID still runs ``argv``."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        if not _ours(pid, argv):
+            return
+        assert pid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while _ours(pid, argv) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _read_pid(path: pathlib.Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read(path: pathlib.Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_http(url: str, process: _Process, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.running():
+            raise DemoError(f"{process.name} exited; see {_rel(process.log)}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2):
+            return
+        time.sleep(0.3)
+    raise DemoError(f"{process.name} did not answer {url} within {timeout:.0f}s; see {_rel(process.log)}")
+
+
+# --- small helpers ---------------------------------------------------------------------------------------------
+
+
+def _targets_file(options: Options) -> pathlib.Path:
+    return options.root / "prometheus" / "vllm-targets.json"
+
+
+def _claims(paths: Sequence[pathlib.Path]) -> set[str]:
+    claims = set()
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            weights = ((doc or {}).get("spec") or {}).get("model", {}).get("weights") or {}
+            if weights.get("cache") == "pvc":
+                claims.add(weights["pvc"]["claimName"])
+    return claims
+
+
+def _kubectl(running: cluster.Cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(binaries.kubectl()), "--kubeconfig", str(running.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise DemoError(f"kubectl {' '.join(args[:3])}: {done.stderr.strip() or done.stdout.strip()}")
+    return done
+
+
+@contextlib.contextmanager
+def _exists_ok() -> Any:
+    try:
+        yield
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def _rel(path: pathlib.Path) -> str:
+    try:
+        return str(path.relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,90 @@
+"""`make demo` end to end: the same `localdemo.demo.up` the Makefile runs, on the session's local cluster.
+
+The demo gets its own namespace, fleet name and state directory, so it runs beside a user's `make demo` and
+other tests. It must print `kubectl get dss` with every serving Ready and non-zero TOKENS/S and $/GPU-H (the
+numbers the operator measured from the simulated vLLM leaders), Prometheus must answer the sample query, and
+`down` must stop exactly the processes `up` started and remove the fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import urllib.parse
+import urllib.request
+import uuid
+
+import pytest
+from kubernetes import client
+from localcluster import fleet as fleets
+from localdemo import demo
+
+pytestmark = pytest.mark.integration
+
+
+def dss_table(text: str) -> list[dict[str, str]]:
+    """The rows of the `kubectl get dss` block of the demo's report, as {column: cell}."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ kubectl get dss")) + 1
+    block = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        block.append(line.split())
+    header, *rows = block
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def pids(root: pathlib.Path) -> dict[str, int]:
+    files = {
+        "operator": root / "operator.pid",
+        "agent": root / "agent.pid",
+        "prometheus": root / "prometheus" / "prometheus.pid",
+    }
+    return {name: int(path.read_text()) for name, path in files.items() if path.exists()}
+
+
+def alive(pid: int) -> bool:
+    stat = pathlib.Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_demo_prints_ready_servings_with_tokens_and_revenue(local_cluster, tmp_path: pathlib.Path) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    options = demo.Options(
+        root=tmp_path / "demo",
+        namespace=f"it-demo-{suffix}",
+        fleet=f"itdemo{suffix}",
+        racks=(("GB200", 2), ("GB300", 1)),  # room for every example; the full demo has 4 + 2
+    )
+    try:
+        result = demo.up(options, progress=lambda line: print(line, flush=True))
+        started = pids(options.root)
+
+        rows = dss_table(result.text)
+        assert {row["NAME"] for row in rows} == {s["metadata"]["name"] for s in result.servings}
+        for row in rows:
+            ready, desired = row["READY"].split("/")
+            assert ready == desired != "0", row
+            assert int(row["GPUS"]) > 0, row
+            assert float(row["TOKENS/S"]) > 0, row
+            assert float(row["$/GPU-H"]) > 0, row
+
+        query = urllib.parse.urlencode({"query": demo.SAMPLE_QUERY})
+        with urllib.request.urlopen(f"{result.prometheus_url}/api/v1/query?{query}", timeout=10) as answer:
+            series = json.load(answer)["data"]["result"]
+        revenue = {
+            s["metric"]["serving"]: float(s["value"][1])
+            for s in series
+            if s["metric"]["namespace"] == options.namespace
+        }
+        assert set(revenue) == {row["NAME"] for row in rows}
+        assert all(value > 0 for value in revenue.values()), revenue
+        assert set(started) == {"operator", "agent", "prometheus"}
+    finally:
+        stopped = demo.down(options, progress=lambda line: print(line, flush=True))
+
+    assert len(stopped) == 3, stopped
+    assert not [name for name, pid in started.items() if alive(pid)]
+    core = client.CoreV1Api(local_cluster.api_client)
+    assert core.list_node(label_selector=f"{fleets.LABEL_FLEET}={options.fleet}").items == []
