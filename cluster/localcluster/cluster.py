@@ -69,6 +69,8 @@ def up(progress: binaries.Progress = binaries.say) -> Cluster:
             progress(f"reusing the healthy cluster in {root}")
             return Cluster(_layout(root, state), _recorded_pids(root))
         found = binaries.ensure_all(progress)
+        if state:
+            _stop_moved(_layout(root, state), found)
         ports = state.get("ports") or _pick_ports()
         layout = components.Layout(root, ports, found)
         _save_state(root, layout)
@@ -254,12 +256,13 @@ def _prepare_files(layout: components.Layout) -> None:
 
 
 def _ensure_running(layout: components.Layout, component: components.Component, progress: binaries.Progress) -> bool:
-    """Start `component` unless its recorded process is alive and healthy; True if it was (re)started."""
+    """Start `component` unless its recorded process is alive, healthy and runs today's command line; True if
+    it was (re)started. Comparing command lines lets `up` converge after a flag changes in components.py."""
     binary = layout.binaries[component.name]
     pid_file = layout.pid_file(component.name)
     pid = processes.read_pid(pid_file)
     if processes.alive(pid, binary):
-        if component.healthy(layout):
+        if _runs_current_argv(layout, component) and component.healthy(layout):
             return False
         processes.stop(pid, binary)
     log = layout.log(component.name)
@@ -272,6 +275,11 @@ def _ensure_running(layout: components.Layout, component: components.Component, 
     processes.start(component.argv(layout), log, pid_file, layout.root, env)
     progress(f"started {component.name} (log: {log})")
     return True
+
+
+def _runs_current_argv(layout: components.Layout, component: components.Component) -> bool:
+    pid = processes.read_pid(layout.pid_file(component.name))
+    return pid is not None and processes.command_line(pid) == component.argv(layout)
 
 
 def _wait_healthy(layout: components.Layout, waiting: list[components.Component]) -> None:
@@ -293,9 +301,23 @@ def _wait_healthy(layout: components.Layout, waiting: list[components.Component]
             time.sleep(0.25)
 
 
+def _stop_moved(recorded: components.Layout, found: dict[str, pathlib.Path]) -> None:
+    """Stop components still running a binary other than the one we are about to start (e.g. a moved cache)."""
+    pids = _recorded_pids(recorded.root)
+    for component in components.ALL:
+        old = recorded.binaries.get(component.name)
+        if old is not None and old != found.get(component.name):
+            processes.stop(pids.get(component.name), old)
+
+
 def _all_healthy(layout: components.Layout) -> bool:
     pids = _recorded_pids(layout.root)
-    return all(processes.alive(pids.get(c.name), layout.binaries[c.name]) and c.healthy(layout) for c in components.ALL)
+    return all(
+        processes.alive(pids.get(c.name), layout.binaries[c.name])
+        and _runs_current_argv(layout, c)
+        and c.healthy(layout)
+        for c in components.ALL
+    )
 
 
 def _stop_all(root: pathlib.Path, state: dict[str, object]) -> list[str]:

@@ -187,7 +187,7 @@ def fleet_nodes(
     return nodes
 
 
-def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: list[dict[str, str]]) -> dict:
+def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: list[dict[str, str]]) -> dict[str, Any]:
     name = node_name(fleet, model.name, rack, tray)
     labels = {
         "kubernetes.io/arch": model.arch,

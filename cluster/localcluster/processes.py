@@ -58,6 +58,15 @@ def alive(pid: int | None, binary: pathlib.Path) -> bool:
     return exe.removesuffix(" (deleted)") == str(binary)
 
 
+def command_line(pid: int) -> list[str] | None:
+    """The argv a running process was started with, from /proc (None if it is gone)."""
+    try:
+        raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
+
+
 def stop(pid: int | None, binary: pathlib.Path, timeout: float = 15.0, *, kill: bool = False) -> None:
     """SIGTERM the recorded PID, then SIGKILL after `timeout` (at once with `kill`, as a crash would); no-op if
     it is not ours any more."""

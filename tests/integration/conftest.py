@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -85,7 +86,8 @@ def _short_id(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
-    name = f"it-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{_short_id(request)}"
+    readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-")
+    name = f"it-{readable}-{_short_id(request)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", name)), 60, "default SA")
     yield name
