@@ -133,6 +133,7 @@ def _prerequisites(api: client.ApiClient, running: cluster.Cluster, options: Opt
     _kubectl(running, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", str(CRD))
     _kubectl(running, "wait", "--for=condition=Established", "--timeout=60s", "crd/deepseekservings.nvlfleet.io")
     core = client.CoreV1Api(api)
+    _wait_namespace_gone(core, options, step)
     with _exists_ok():
         core.create_namespace({"metadata": {"name": options.namespace}})
     # The GB200 examples mount their weights from a PVC; a pre-bound PV lets the scheduler place the pods.
@@ -167,6 +168,27 @@ def _prerequisites(api: client.ApiClient, running: cluster.Cluster, options: Opt
             )
 
 
+def _wait_namespace_gone(core: client.CoreV1Api, options: Options, step: Say, timeout: float = 120.0) -> None:
+    """A namespace still terminating from `make demo-down` accepts nothing new: wait until it is gone."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        try:
+            namespace = core.read_namespace(options.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return
+            raise
+        if namespace.metadata.deletion_timestamp is None:
+            return
+        if not said:
+            step(f"namespace {options.namespace} is still being deleted (make demo-down): waiting")
+            said = True
+        if time.monotonic() > deadline:
+            raise DemoError(f"namespace {options.namespace} still terminating after {timeout:.0f}s")
+        time.sleep(1)
+
+
 def _operator(running: cluster.Cluster, options: Options, state: _State, step: Say) -> int:
     metrics, webhook = state.port("metrics"), state.port("webhook")
     argv = [
@@ -179,6 +201,9 @@ def _operator(running: cluster.Cluster, options: Options, state: _State, step: S
         "--webhook-port", str(webhook),
         "--webhook-host", "127.0.0.1",
         "--recheck-seconds", "10",
+        # One active operator per demo namespace, even if a second `make demo` starts from another checkout.
+        "--leader-election-lease", "nvlfleet-demo",
+        "--leader-election-namespace", options.namespace,
     ]  # fmt: skip
     # Scrape every 5 s and copy the figures into status every 10 s (defaults 15 s and 60 s), so the demo's
     # table fills within a minute.
