@@ -192,6 +192,9 @@ def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: 
     labels = {
         "kubernetes.io/arch": model.arch,
         "kubernetes.io/os": "linux",
+        # The kubelet still sets the deprecated beta pair (and the node lifecycle controller adds it if absent).
+        "beta.kubernetes.io/arch": model.arch,
+        "beta.kubernetes.io/os": "linux",
         "kubernetes.io/hostname": name,
         "type": "kwok",
         LABEL_FLEET: fleet,
