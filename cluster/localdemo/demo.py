@@ -51,6 +51,7 @@ ALERT_RULES = REPO / "charts" / "nvlfleet" / "files" / "nvlfleet.rules.yaml"
 FIELD_MANAGER = "nvlfleet-demo"
 PROMETHEUS_PORT = 9090  # preferred; any free port when taken
 SAMPLE_QUERY = "sum by (namespace, serving) (nvlfleet_revenue_per_hour)"
+_LIFECYCLE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
 Say = Callable[[str], None]
 
@@ -125,7 +126,30 @@ def _fleet(api: client.ApiClient, options: Options, step: Say) -> list[dict[str,
         nodes += fleet.apply_fleet(api, racks, gpu, fleet=options.fleet)
     computedomains.install_device_class(api)
     computedomains.publish_channels(api, [n["metadata"]["name"] for n in nodes])
+    _wait_untainted(api, options, len(nodes), step)
     return nodes
+
+
+def _wait_untainted(api: client.ApiClient, options: Options, count: int, step: Say, timeout: float = 120.0) -> None:
+    """Until the node lifecycle controller has lifted its not-ready taints from every tray of the fleet.
+
+    A fresh controller-manager taints nodes it has not yet seen Ready; the operator rightly treats such trays
+    as unusable, so servings applied in that moment would be placed around racks that are about to be free.
+    """
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        nodes = core.list_node(label_selector=f"{fleet.LABEL_FLEET}={options.fleet}").items
+        tainted = [n for n in nodes if any(t.key in _LIFECYCLE_TAINTS for t in n.spec.taints or [])]
+        if len(nodes) >= count and not tainted:
+            return
+        if not said:
+            step(f"waiting for the controller-manager to clear the not-ready taint ({len(tainted)} trays)")
+            said = True
+        if time.monotonic() > deadline:
+            raise DemoError(f"{len(tainted)} trays still tainted not-ready after {timeout:.0f}s (is kwok running?)")
+        time.sleep(1)
 
 
 def _prerequisites(api: client.ApiClient, running: cluster.Cluster, options: Options, step: Say) -> None:
@@ -358,7 +382,7 @@ def _report(
     api: client.ApiClient, running: cluster.Cluster, options: Options, prometheus: str, nodes: list[dict[str, Any]]
 ) -> str:
     dss = _kubectl(running, "get", "dss", "-n", options.namespace).stdout.rstrip()
-    sample = _sample_query(prometheus)
+    sample = _sample_query(prometheus, options, _servings(api, options))
     lines = [
         "",
         f"$ kubectl get dss -n {options.namespace}",
@@ -422,23 +446,34 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _sample_query(prometheus: str) -> list[str]:
-    """The sample query's answer right now, waiting (briefly) for Prometheus' first scrapes."""
+def _sample_query(prometheus: str, options: Options, servings: list[dict[str, Any]]) -> list[str]:
+    """The sample query's answer, once Prometheus has scraped every serving's whole revenue.
+
+    Right after start-up a serving's gauges may cover only some of its (role, domain) series; waiting until
+    Prometheus agrees with the status (within 10%) keeps the two printed views of the same number consistent.
+    """
     url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": SAMPLE_QUERY})
-    deadline = time.monotonic() + 30
-    result: list[dict[str, Any]] = []
+    expected = {
+        s["metadata"]["name"]: float(s["status"]["revenuePerHour"])
+        for s in servings
+        if (s.get("status") or {}).get("revenuePerHour")
+    }
+    deadline = time.monotonic() + 45
+    found: dict[str, float] = {}
     while time.monotonic() < deadline:
         with urllib.request.urlopen(url, timeout=5) as answer:
             result = json.load(answer)["data"]["result"]
-        if result:
+        found = {
+            r["metric"].get("serving", ""): float(r["value"][1])
+            for r in result
+            if r["metric"].get("namespace") == options.namespace
+        }
+        if found and all(abs(found.get(name, 0.0) - value) <= 0.1 * value for name, value in expected.items()):
             break
         time.sleep(1)
-    if not result:
+    if not found:
         return ["(no samples yet: Prometheus scrapes every 5 s)"]
-    return [
-        f"{r['metric'].get('namespace')}/{r['metric'].get('serving')}: ${float(r['value'][1]):,.2f} per hour"
-        for r in sorted(result, key=lambda r: r["metric"].get("serving", ""))
-    ]
+    return [f"{options.namespace}/{name}: ${value:,.2f} per hour" for name, value in sorted(found.items())]
 
 
 # --- down ------------------------------------------------------------------------------------------------------
