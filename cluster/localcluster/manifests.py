@@ -61,14 +61,19 @@ def lws_webhook_configurations(lws_source: pathlib.Path, layout: components.Layo
 
 
 def _wait_established(layout: components.Layout, names: list[str], timeout: float = 60.0) -> None:
-    # `kubectl wait` fails outright on a CRD whose status has no conditions yet, so poll instead.
+    # `kubectl wait` (and a jsonpath filter) fail outright on a CRD whose status has no conditions yet, which
+    # is what a freshly started API server shows for a moment: read the conditions as JSON instead.
     deadline = time.monotonic() + timeout
-    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
     for name in names:
-        while _kubectl(layout, ["get", name, "-o", f"jsonpath={jsonpath}"]).strip() != "True":
+        while not _established(json.loads(_kubectl(layout, ["get", name, "-o", "json"]))):
             if time.monotonic() > deadline:
                 raise errors.ComponentError("manifests", f"{name} not Established after {timeout:.0f}s")
             time.sleep(0.2)
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 def _kubectl(
