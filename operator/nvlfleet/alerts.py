@@ -42,12 +42,24 @@ _GROUP = _SERVING + " {{ $labels.role }} in NVLink domain {{ $labels.domain }}"
 
 @dataclasses.dataclass(frozen=True)
 class Alert:
+    """One alert: ``signal`` is the quantity watched, ``condition`` what makes it bad (``expr`` joins them).
+
+    Keeping the signal apart lets the tests check that every alert watches a series that really exists (a typo
+    in a metric name would otherwise just be an alert that never fires).
+    """
+
     name: str
-    expr: str
+    signal: str
+    condition: str
     for_: str
     severity: str  # critical | warning | info
     summary: str
     description: str
+
+    @property
+    def expr(self) -> str:
+        joiner = "\n  " if "\n" in self.signal or len(self.signal) + len(self.condition) > 100 else " "
+        return f"{self.signal}{joiner}{self.condition}"
 
     def rule(self) -> dict[str, Any]:
         return {
@@ -70,7 +82,8 @@ def all_alerts() -> list[Alert]:
     return [
         Alert(
             name="NvlfleetParityBelowTarget",
-            expr=f"{dashboards.PARITY_RATIO} < {PARITY_TARGET}",
+            signal=dashboards.PARITY_RATIO,
+            condition=f"< {PARITY_TARGET}",
             for_="30m",
             severity="warning",
             summary=f"{_GROUP} delivers {{{{ $value | humanizePercentage }}}} of its reference tokens/s per GPU.",
@@ -82,10 +95,8 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetRevenuePerGpuHourDrop",
-            expr=(
-                f"{_base_price_revenue_per_gpu_hour('30m')}\n"
-                f"  < {REVENUE_DROP_RATIO} * {_base_price_revenue_per_gpu_hour('6h', offset='30m')}"
-            ),
+            signal=_base_price_revenue_per_gpu_hour("30m"),
+            condition=f"< {REVENUE_DROP_RATIO} * {_base_price_revenue_per_gpu_hour('6h', offset='30m')}",
             for_="15m",
             severity="warning",
             summary=f"Revenue per GPU-hour of {_GROUP} fell below {REVENUE_DROP_RATIO:.0%} of the preceding 6 hours.",
@@ -97,7 +108,8 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetServingNotReady",
-            expr=f'{SERVING_CONDITION}{{condition="Ready"}} == 0',
+            signal=f'{SERVING_CONDITION}{{condition="Ready"}}',
+            condition="== 0",
             for_="45m",
             severity="critical",
             summary=f"DeepSeekServing {_SERVING} has not been Ready for 45 minutes.",
@@ -109,7 +121,8 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetGroupUnplaceable",
-            expr=f'{SERVING_CONDITION}{{condition="Placed"}} == 0',
+            signal=f'{SERVING_CONDITION}{{condition="Placed"}}',
+            condition="== 0",
             for_="10m",
             severity="warning",
             summary=f"Groups of {_SERVING} fit in no NVLink domain.",
@@ -121,7 +134,8 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetTelemetryScrapeFailing",
-            expr=(f"sum by (namespace, serving, reason) (rate({dashboards.SCRAPE_ERRORS_TOTAL}[5m])) > 0"),
+            signal=f"sum by (namespace, serving, reason) (rate({dashboards.SCRAPE_ERRORS_TOTAL}[5m]))",
+            condition="> 0",
             for_="15m",
             severity="warning",
             summary=f"The operator cannot scrape vLLM leaders of {_SERVING} ({{{{ $labels.reason }}}}).",
@@ -133,7 +147,8 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetReconcileErrors",
-            expr=(f"sum by (namespace, serving, reason) (rate({dashboards.RECONCILE_ERRORS_TOTAL}[10m])) > 0"),
+            signal=f"sum by (namespace, serving, reason) (rate({dashboards.RECONCILE_ERRORS_TOTAL}[10m]))",
+            condition="> 0",
             for_="15m",
             severity="warning",
             summary=f"Reconciling {_SERVING} keeps failing ({{{{ $labels.reason }}}}).",

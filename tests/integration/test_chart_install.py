@@ -35,6 +35,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from localcluster import fleet
 
 pytestmark = pytest.mark.integration
 
@@ -332,7 +333,7 @@ class OperatorProcess:
                 self.process.wait(timeout=10)
 
 
-def serving(namespace: str, name: str) -> dict[str, Any]:
+def serving(namespace: str, name: str, fleet_name: str) -> dict[str, Any]:
     return {
         "apiVersion": "nvlfleet.io/v1alpha1",
         "kind": "DeepSeekServing",
@@ -342,6 +343,8 @@ def serving(namespace: str, name: str) -> dict[str, Any]:
             "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
             "gpu": "GB200",
             "roles": {"decode": {"groups": 1, "parallelism": {"tensor": 1, "data": 4}}},
+            # Only this test's racks: the cluster is shared with tests running side by side.
+            "pod": {"nodeSelector": {fleet.LABEL_FLEET: fleet_name}},
             "pricing": {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.6},
         },
     }
@@ -364,7 +367,7 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
-    fleet_factory(racks=1, gpu="GB200")
+    racks = fleet_factory(racks=1, gpu="GB200")
     operator = OperatorProcess(release, service_account_kubeconfig, tmp_path)
 
     def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -374,7 +377,8 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; operator log:\n{operator.log()}")
 
     try:
-        custom.create_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], serving(release.watched, "flash"))
+        flash = serving(release.watched, "flash", racks.name)
+        custom.create_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], flash)
 
         def read() -> dict[str, Any]:
             return custom.get_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], "flash")

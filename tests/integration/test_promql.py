@@ -1,0 +1,372 @@
+"""Every PromQL expression of the dashboards and alerts, evaluated by a real Prometheus against a live operator.
+
+The chain is the production one, end to end, on this machine:
+
+    kwok GB200 fleet (local cluster) ← nvlfleet run (the operator, a process) → LeaderWorkerSets → leader pods
+    leader pods' loopback IPs ← nvlfleet simulate (vLLM 0.33 /metrics) ← scraped by the operator (tokens, $)
+    Prometheus (Debian's binary) ← the operator's /metrics (as the chart's ServiceMonitor: honor_labels)
+                                 ← the leaders' /metrics (as the operator's PodMonitor, translated the way
+                                   prometheus-operator translates it)
+
+Then each dashboard query, with Grafana's variables set to the live serving (and to "All"), and each alert's
+signal (the quantity it watches) must return at least one series, and each alert expression must evaluate.
+"metric not found" — a renamed metric, a label the PodMonitor does not produce, a join that matches nothing —
+fails here.
+
+Situations the alerts watch are made real, not faked: a serving whose leader answers nobody (scrape errors), a
+serving whose LeaderWorkerSet a ResourceQuota refuses (reconcile errors), status conditions of every serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from nvlfleet import alerts, dashboards, models, render
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
+
+import localprometheus
+from localcluster import fleet
+
+pytestmark = pytest.mark.integration
+
+DSS = ("nvlfleet.io", "v1alpha1", "deepseekservings")
+LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+NVLFLEET = str(pathlib.Path(sys.executable).with_name("nvlfleet"))
+RATE_INTERVAL = "20s"  # Grafana's $__rate_interval at a 1 s scrape interval is far shorter; 20 s is safe
+
+# Per leader (the whole vLLM server): prefill computes prompts, decode generates with speculative decoding.
+LOADS = {
+    "prefill": ["--prompt", "80000", "--cached", "50000", "--generation", "50", "--speculative-tokens", "0"],
+    "decode": ["--prompt", "80000", "--cached", "80000", "--generation", "9000", "--running", "128",
+               "--kv-usage", "0.6", "--speculative-tokens", "3", "--acceptance", "0.65"],
+}  # fmt: skip
+
+
+def serving(namespace: str, name: str, roles: dict[str, Any], fleet_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "nvlfleet.io/v1alpha1",
+        "kind": "DeepSeekServing",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": name},
+            "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
+            "gpu": "GB200",
+            "roles": roles,
+            # No NVIDIA DRA driver runs in the local cluster: pods claiming a ComputeDomain channel would never
+            # be scheduled, and these tests are about metrics.
+            "placement": {"computeDomain": False},
+            # Only this test's racks: the cluster is shared with tests running side by side.
+            "pod": {"nodeSelector": {fleet.LABEL_FLEET: fleet_name}},
+            "pricing": {
+                "currency": "USD",
+                "inputCacheHitPerMillion": 0.003,
+                "inputCacheMissPerMillion": 0.15,
+                "outputPerMillion": 0.60,
+                "schedule": [{"name": "off-peak", "start": "16:30", "end": "00:30", "multiplier": 0.5}],
+                "gpuHourCost": 2.5,
+            },
+            "parity": {"referenceTokensPerSecondPerGpu": 20000},
+            # The local cluster has no Prometheus Operator CRDs; the PodMonitor the operator would apply is
+            # rendered below and translated into Prometheus' own configuration instead.
+            "monitoring": {"podMonitor": False},
+        },
+    }
+
+
+ONE_GROUP = {"groups": 1, "parallelism": {"tensor": 1, "data": 4}}
+
+
+class Process:
+    """A child process with its output in a file, stopped by its PID."""
+
+    def __init__(self, command: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log
+        self.process = subprocess.Popen(
+            command,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def self_signed_certificate(directory: pathlib.Path) -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(directory / "tls.key"), "-out", str(directory / "tls.crt"), "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return directory
+
+
+def _sanitize(label: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), key)
+
+
+def pod_monitor_scrape_config(pod_monitor: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scrape job prometheus-operator generates for ``pod_monitor``, with the pods it would discover given as
+    static targets carrying the same ``__meta_kubernetes_*`` labels Kubernetes discovery would set."""
+    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    meta = pod_monitor["metadata"]
+    targets = []
+    for pod in pods:
+        port = next(
+            p["containerPort"]
+            for c in pod["spec"]["containers"]
+            for p in c.get("ports") or []
+            if p.get("name") == endpoint["port"]
+        )
+        labels = {
+            "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+            "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+            **{f"__meta_kubernetes_pod_label_{_sanitize(k)}": v for k, v in pod["metadata"]["labels"].items()},
+        }
+        targets.append({"targets": [f"{pod['status']['podIP']}:{port}"], "labels": labels})
+    relabel = [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"},
+        {"target_label": "endpoint", "replacement": endpoint["port"]},
+    ]
+    for label in pod_monitor["spec"].get("podTargetLabels") or []:
+        relabel.append(
+            {
+                "source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(label)}"],
+                "regex": "(.+)",
+                "target_label": _sanitize(label),
+                "replacement": "${1}",
+            }
+        )
+    for rule in endpoint.get("relabelings") or []:
+        relabel.append({_snake(k): v for k, v in rule.items()})
+    return {
+        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/0",
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "static_configs": targets,
+        "relabel_configs": relabel,
+    }
+
+
+@pytest.fixture
+def quota_namespace(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A namespace whose ResourceQuota allows no LeaderWorkerSet: a serving there fails to reconcile, for real."""
+    core = client.CoreV1Api(api_client)
+    name = f"{namespace[:50]}-quota"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-groups"),
+        spec=client.V1ResourceQuotaSpec(hard={"count/leaderworkersets.leaderworkerset.x-k8s.io": "0"}),
+    )
+    core.create_namespaced_resource_quota(name, quota)
+    yield name
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def test_every_dashboard_query_and_alert_signal_returns_data(
+    kubeconfig: pathlib.Path,
+    api_client: client.ApiClient,
+    namespace: str,
+    quota_namespace: str,
+    fleet_factory: Callable[..., Any],
+    wait_for: Callable[..., Any],
+    tmp_path: pathlib.Path,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    racks = fleet_factory(racks=2, gpu="GB200")
+    metrics_port = localprometheus.free_port()
+    operator = Process(
+        [NVLFLEET, "run", "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--namespace", quota_namespace,
+         "--bind-address", "127.0.0.1", "--metrics-port", str(metrics_port),
+         "--health-port", str(localprometheus.free_port()), "--webhook-port", str(localprometheus.free_port()),
+         "--webhook-cert-dir", str(self_signed_certificate(tmp_path / "webhook")), "--recheck-seconds", "3"],
+        tmp_path / "operator.log",
+        env={"NVLFLEET_SCRAPE_SECONDS": "2", "NVLFLEET_STATUS_METRICS_SECONDS": "5"},
+    )  # fmt: skip
+    processes = [operator]
+    prometheus: localprometheus.Server | None = None
+
+    def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        try:
+            return wait_for(predicate, timeout, what)
+        except pytest.fail.Exception:
+            logs = "\n".join(f"--- {p.log_path.name}\n{p.log()[-4000:]}" for p in processes)
+            status = {
+                name: (custom.get_namespaced_custom_object(*DSS[:2], ns, DSS[2], name).get("status") or {})
+                for ns, name in ((namespace, "flash"), (namespace, "dark"))
+            }
+            listed = core.list_namespaced_pod(namespace).items
+            pods = [(p.metadata.name, p.status.phase, p.status.pod_ip) for p in listed]
+            pytest.fail(
+                f"timed out after {timeout:.0f}s waiting for {what}\nstatus: {json.dumps(status, indent=1)}\n"
+                f"pods: {pods}\n{logs}",
+                pytrace=False,
+            )
+
+    try:
+        flash = serving(namespace, "flash", {"prefill": ONE_GROUP, "decode": ONE_GROUP}, racks.name)
+        dark = serving(namespace, "dark", {"decode": ONE_GROUP}, racks.name)  # its leader answers nobody
+        stuck = serving(quota_namespace, "stuck", {"decode": ONE_GROUP}, racks.name)  # no group allowed
+        for obj in (flash, dark, stuck):
+            custom.create_namespaced_custom_object(*DSS[:2], obj["metadata"]["namespace"], DSS[2], obj)
+
+        def leaders(name: str, expected: int) -> list[dict[str, Any]]:
+            pods = core.list_namespaced_pod(namespace, label_selector=f"nvlfleet.io/serving={name},{LEADER_LABEL}=0")
+            ready = [api_client.sanitize_for_serialization(p) for p in pods.items if p.status.pod_ip]
+            return ready if len(ready) == expected else []
+
+        flash_leaders = until(lambda: leaders("flash", 2), 120, "flash's prefill and decode leaders with an IP")
+        until(lambda: leaders("dark", 1), 120, "dark's leader pod with an IP")
+
+        # vLLM at each of flash's leaders' addresses (the fleet's pod IPs are loopback addresses).
+        for pod in flash_leaders:
+            role = pod["metadata"]["labels"]["nvlfleet.io/role"]
+            (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
+                       if p.get("name") == "http"]  # fmt: skip
+            addresses = tmp_path / f"sim-{role}.addresses"
+            command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
+                       "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
+            processes.append(Process(command, tmp_path / f"sim-{role}.log"))
+            until(addresses.exists, 30, f"the simulated {role} leader")
+
+        with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
+        pod_monitor = next(
+            m
+            for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor))
+            if m["kind"] == "PodMonitor"
+        )
+        prometheus = localprometheus.Server(
+            tmp_path / "prometheus",
+            [
+                {
+                    "job_name": "nvlfleet-operator",
+                    "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
+                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+                },
+                pod_monitor_scrape_config(pod_monitor, flash_leaders),
+            ],
+        ).start()
+        server = prometheus
+
+        def returns_data(expr: str) -> bool:
+            try:
+                return bool(server.query(expr))
+            except localprometheus.QueryError:
+                return False
+
+        until(
+            lambda: returns_data(f'{dashboards.REVENUE_PER_HOUR}{{serving="flash"}}'),
+            120,
+            "the operator's revenue gauge for flash in Prometheus",
+        )
+
+        # Every dashboard query, with the variables set as a user would (the live serving; on the operator
+        # dashboard both namespaces, as a multi-selection renders) and to Grafana's "All".
+        live = {"namespace": namespace, "serving": "flash", "role": ".*"}
+        both_namespaces = {"namespace": f"({namespace}|{quota_namespace})"}
+        everything = {"namespace": ".*", "serving": ".*", "role": ".*"}
+        queries = [
+            (f"{e.dashboard} / {e.panel}", dashboards.substitute(e.expr, values, RATE_INTERVAL))
+            for e in dashboards.promql_expressions()
+            for values in (
+                both_namespaces if e.dashboard == dashboards.operator_health().title else live,
+                everything,
+            )
+        ]
+        # Every alert: its signal has series, its full expression evaluates.
+        queries += [(f"alert {a.name} (signal)", a.signal) for a in alerts.all_alerts()]
+        deadline = time.monotonic() + 150  # rates, subqueries and status need a few scrapes and a minute boundary
+        empty = list(queries)
+        while empty and time.monotonic() < deadline:
+            empty = [(where, expr) for where, expr in empty if not returns_data(expr)]
+            if empty:
+                time.sleep(3)
+        for alert in alerts.all_alerts():
+            server.query(alert.expr)  # raises QueryError if Prometheus cannot evaluate it
+        assert empty == [], "queries without data:\n" + "\n".join(f"{where}: {expr}" for where, expr in empty)
+    finally:
+        for obj_ns, name in ((namespace, "flash"), (namespace, "dark"), (quota_namespace, "stuck")):
+            try:
+                custom.delete_namespaced_custom_object(*DSS[:2], obj_ns, DSS[2], name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        if prometheus is not None:
+            prometheus.stop()
+        for process in reversed(processes):
+            process.stop()
+
+
+def test_the_podmonitor_translation_matches_prometheus_operator_conventions() -> None:
+    """The translation above is itself checked against a PodMonitor whose outcome is known."""
+    monitor = {
+        "metadata": {"namespace": "ml", "name": "flash"},
+        "spec": {
+            "podTargetLabels": ["nvlfleet.io/role"],
+            "podMetricsEndpoints": [
+                {"port": "http", "path": "/metrics",
+                 "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_label_nvlfleet_io_serving"],
+                                  "targetLabel": "serving"}]}
+            ],
+        },
+    }  # fmt: skip
+    pod = {
+        "metadata": {"namespace": "ml", "name": "flash-0", "labels": {"nvlfleet.io/role": "decode",
+                                                                     "nvlfleet.io/serving": "flash"}},
+        "spec": {"containers": [{"ports": [{"name": "http", "containerPort": 8000}]}]},
+        "status": {"podIP": "127.16.0.5"},
+    }  # fmt: skip
+    config = pod_monitor_scrape_config(monitor, [pod])
+    assert config["static_configs"] == [
+        {
+            "targets": ["127.16.0.5:8000"],
+            "labels": {
+                "__meta_kubernetes_namespace": "ml",
+                "__meta_kubernetes_pod_name": "flash-0",
+                "__meta_kubernetes_pod_label_nvlfleet_io_role": "decode",
+                "__meta_kubernetes_pod_label_nvlfleet_io_serving": "flash",
+            },
+        }
+    ]
+    assert config["relabel_configs"][-2:] == [
+        {"source_labels": ["__meta_kubernetes_pod_label_nvlfleet_io_role"], "regex": "(.+)",
+         "target_label": "nvlfleet_io_role", "replacement": "${1}"},
+        {"source_labels": ["__meta_kubernetes_pod_label_nvlfleet_io_serving"], "target_label": "serving"},
+    ]  # fmt: skip
+    assert json.dumps(config)  # a plain document Prometheus' YAML loader reads
