@@ -11,6 +11,8 @@ export NVLFLEET_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 RACKS ?= 4
 GPU   ?= GB200
+# More `python -m localcluster fleet` options, e.g. FLEET_ARGS="--name lab --cordoned 1 --occupied 3".
+FLEET_ARGS ?=
 
 .PHONY: help
 help: ## list the targets
@@ -87,8 +89,8 @@ cluster-status: ## show the local cluster's components; prints KUBECONFIG=...
 	@$(PY) -m localcluster status
 
 .PHONY: fleet
-fleet: setup ## add a simulated NVL72 fleet: make fleet RACKS=4 GPU=GB200
-	@$(PY) -m localcluster fleet --racks $(RACKS) --gpu $(GPU)
+fleet: setup ## add a simulated NVL72 fleet: make fleet RACKS=4 GPU=GB200 [FLEET_ARGS="--occupied 3"]
+	@$(PY) -m localcluster fleet --racks $(RACKS) --gpu $(GPU) $(FLEET_ARGS)
 
 .PHONY: demo
 demo: setup prometheus ## the main job on a laptop: 4 GB200 + 2 GB300 NVL72 racks served by nvlfleet, live tokens/s and $/GPU-h
