@@ -103,10 +103,15 @@ def _fleet(args: argparse.Namespace) -> int:
         nodes = fleet.apply_fleet(api, args.racks, args.gpu, fleet=args.name, taints=taints, oddities=oddities)
     finally:
         api.close()
-    cliques = sorted({n["metadata"]["labels"].get(fleet.LABEL_CLIQUE, "-") for n in nodes})
-    print(f"localcluster: {len(nodes)} {args.gpu.upper()} nodes Ready in fleet {args.name!r}; cliques:")
+    cliques = sorted(
+        {n["metadata"]["labels"][fleet.LABEL_CLIQUE] for n in nodes if fleet.LABEL_CLIQUE in n["metadata"]["labels"]}
+    )
+    without = sum(fleet.LABEL_CLIQUE not in n["metadata"]["labels"] for n in nodes)
+    print(f"localcluster: {len(nodes)} {args.gpu.upper()} nodes Ready in fleet {args.name!r}")
     for value in cliques:
-        print(f"  {value}")
+        print(f"  clique {value}")
+    if without:
+        print(f"  {without} node(s) without a clique label")
     return 0
 
 

@@ -414,6 +414,31 @@ def test_fleet_nodes_in_the_cluster_are_the_nvl72_trays_the_builder_describes(
     assert [p.status.phase for p in tenant] == ["Running"]
 
 
+@pytest.mark.parametrize(
+    ("gpu", "product", "memory"), [("H200", "NVIDIA-H200", "143771"), ("B200", "NVIDIA-B200", "183359")]
+)
+def test_hgx_nodes_are_single_eight_gpu_nodes_without_a_clique(
+    api_client: client.ApiClient, fleet_factory: Callable[..., Any], gpu: str, product: str, memory: str
+) -> None:
+    nodes = fleet_factory(racks=2, gpu=gpu)
+    live = client.CoreV1Api(api_client).list_node(label_selector=f"{fleet.LABEL_FLEET}={nodes.name}").items
+
+    assert sorted(n.metadata.name for n in live) == [
+        f"{nodes.name}-{gpu.lower()}-n00",
+        f"{nodes.name}-{gpu.lower()}-n01",
+    ]
+    for node in live:
+        labels = node.metadata.labels
+        assert (labels[fleet.LABEL_PRODUCT], labels[fleet.LABEL_COUNT], labels[fleet.LABEL_MEMORY]) == (
+            product,
+            "8",
+            memory,
+        )
+        assert fleet.LABEL_CLIQUE not in labels
+        assert node.status.allocatable[fleet.GPU_RESOURCE] == "8"
+        assert node.status.node_info.architecture == "amd64"
+
+
 # --- the harness's own faults and lifecycle ----------------------------------------------------------
 
 
