@@ -51,6 +51,7 @@ class Release:
     name: str
     namespace: str  # where the chart is installed (restricted Pod Security)
     watched: str  # the one namespace whose servings the operator reconciles
+    unwatched: str  # a namespace with a serving that is none of this operator's business
     fullname: str
     service_account: str
     kubectl: pathlib.Path
@@ -97,6 +98,7 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
         name=name,
         namespace=f"it-chart-{suffix}",
         watched=f"it-chart-servings-{suffix}",
+        unwatched=f"it-chart-others-{suffix}",
         fullname=f"{name}-nvlfleet",
         service_account=f"{name}-nvlfleet",
         kubectl=local_cluster.kubectl,
@@ -109,6 +111,7 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
     }
     _create_namespace(core, rel.namespace, restricted)
     _create_namespace(core, rel.watched, {})
+    _create_namespace(core, rel.unwatched, {})
     values = {
         "operator": {"watchNamespaces": [rel.watched]},
         # The cluster is shared with other tests: only the test's own namespace goes through this webhook.
@@ -122,8 +125,8 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
         yield rel
     finally:
         rel.helm_run("uninstall", name, "--namespace", rel.namespace, "--wait", "--timeout", "60s")
-        _delete_namespace(core, rel.watched)
-        _delete_namespace(core, rel.namespace)
+        for namespace in (rel.watched, rel.unwatched, rel.namespace):
+            _delete_namespace(core, namespace)
         values_file.unlink(missing_ok=True)
 
 
@@ -368,6 +371,8 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
     racks = fleet_factory(racks=1, gpu="GB200")
+    others = serving(release.unwatched, "someone-elses", racks.name)
+    custom.create_namespaced_custom_object(*DSS[:2], release.unwatched, DSS[2], others)
     operator = OperatorProcess(release, service_account_kubeconfig, tmp_path)
 
     def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -434,8 +439,11 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
     assert [line for line in refused if _namespace_of(line) in (*own, None)] == []
     # And it stays out of namespaces it was not given: their servings belong to someone else (another nvlfleet
     # instance, or nobody), and the chart rightly grants nothing there.
+    untouched = custom.get_namespaced_custom_object(*DSS[:2], release.unwatched, DSS[2], "someone-elses")
+    written = [k for k in untouched["metadata"].get("annotations") or {} if k.startswith("nvlfleet.io/")]
+    written += [f for f in untouched["metadata"].get("finalizers") or [] if f.startswith("nvlfleet.io/")]
     foreign = sorted({str(_namespace_of(line)) for line in refused if _namespace_of(line) not in (*own, None)})
-    assert foreign == [], f"the operator tried to write to DeepSeekServings in namespaces it does not watch: {foreign}"
+    assert (written, foreign) == ([], []), "the operator wrote to DeepSeekServings in namespaces it does not watch"
 
 
 def _namespace_of(log_line: str) -> str | None:
