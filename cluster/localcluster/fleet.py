@@ -306,8 +306,11 @@ def apply_fleet(
         name = node["metadata"]["name"]
         if name in existing:
             # podCIDR is immutable and status belongs to kwok: only metadata and scheduling fields move.
+            labels: dict[str, str | None] = dict(node["metadata"]["labels"])
+            if LABEL_CLIQUE not in labels:
+                labels[LABEL_CLIQUE] = None  # a merge patch only removes what it names
             patch = {
-                "metadata": {"labels": node["metadata"]["labels"], "annotations": node["metadata"]["annotations"]},
+                "metadata": {"labels": labels, "annotations": node["metadata"]["annotations"]},
                 "spec": {
                     "taints": node["spec"].get("taints", []),
                     "unschedulable": node["spec"].get("unschedulable", False),
