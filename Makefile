@@ -99,3 +99,7 @@ demo: setup prometheus ## the main job on a laptop: 4 GB200 + 2 GB300 NVL72 rack
 .PHONY: demo-down
 demo-down: ## stop the demo's operator, simulated vLLM and Prometheus (recorded PIDs) and remove its objects
 	@$(PY) -m localdemo down
+
+.PHONY: compare-placement
+compare-placement: setup cluster-up ## nvlfleet vs LWS exclusive topology vs plain pod affinity, same workload, real cluster
+	$(PY) bench/compare_placement.py $(COMPARE_ARGS)

@@ -389,6 +389,25 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op.tasks.append(asyncio.create_task(_every(op.config.status_metrics_seconds, op.write_status_metrics)))
 
 
+@kopf.on.login()
+def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """kopf and nvlfleet.kube connect with the same credentials: $KUBECONFIG (read now, not at import time, so
+    ``nvlfleet run --kubeconfig`` works), ~/.kube/config, or the in-cluster ServiceAccount."""
+    config = kube.connect(os.environ.get("KUBECONFIG") or None).configuration
+    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
+    scheme, _space, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+        trust_env=settings.networking.trust_env,
+    )
+
+
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     for task in OPERATOR.tasks:
