@@ -355,7 +355,7 @@ def fleet() -> Dashboard:
                 decimals=1, width=4, height=5, thresholds=((None, "red"), (0.9, "orange"), (1.0, "green")),
                 description="GPU-weighted tokens/s per GPU ÷ each serving's reference (spec.parity)."),
             Panel("GPUs", [Query(f"sum({_sel(GPUS, _FLEET)})", "GPUs")], kind="stat", width=4, height=5,
-                  description="GPUs of the placed groups' leaders' groups."),
+                  description="GPUs of the ready groups the operator measures."),
         ],
     )  # fmt: skip
     by_serving = Row(
