@@ -252,11 +252,12 @@ def parse(obj: object) -> tuple[models.DeepSeekServing | None, list[Problem]]:
     found = _metadata_problems(obj.get("metadata"))
     try:
         # JSON round trip: strict JSON mode accepts enum values and ISO strings but no "4" for 4, like the API.
+        # Wire names only (by_name=False): the API server knows nodesPerGroup, not the Python nodes_per_group.
         text = json.dumps(obj, default=str)
     except (TypeError, ValueError) as err:
         return None, [*found, Problem("", f"the object cannot be read as JSON: {err}")]
     try:
-        serving = models.DeepSeekServing.model_validate_json(text, strict=True)
+        serving = models.DeepSeekServing.model_validate_json(text, strict=True, by_alias=True, by_name=False)
     except pydantic.ValidationError as err:
         converted = [_pydantic_problem(e) for e in err.errors(include_url=False)]
         return None, [*found, *dict.fromkeys(converted)]
