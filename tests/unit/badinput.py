@@ -1,0 +1,207 @@
+"""Hypothesis strategies for DeepSeekServings that must not be run: one rule broken per example.
+
+Two sources, so the examples are not just the ones somebody thought of:
+
+- ``schema_violations()`` walks the generated CRD schema (``nvlfleet.crd.definition()``, the one the API server
+  enforces) and, at a random field, breaks one of its constraints: below ``minimum``, above ``maximum``, longer
+  than ``maxLength``, outside ``enum``, off ``pattern`` (with shell metacharacters, unicode, blanks), the wrong
+  JSON type, or a field name the schema does not know.
+- ``gb200_shapes()`` draws decode parallelism (tensor, data, nodesPerGroup) within the schema's bounds and
+  ``breaks_gb200_rules`` says, from the GB200 NVL72 facts alone (4 GPUs per tray, 18 trays per NVLink domain),
+  whether the shape can run: tensor parallelism inside one tray and dividing it, tensor × data filling whole
+  trays, a group inside one domain.
+
+Used by tests/unit/test_bad_input_properties.py (offline validation) and tests/integration/test_bad_input.py
+(the real API server and a running operator).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import strategies as st
+
+from nvlfleet import crd, hardware
+
+GB200 = hardware.generation("GB200")
+
+# Characters that make a string interesting to a shell, a parser or a terminal.
+NASTY = ";|&$`'\"\\<>(){}[]*?!#~ \t%éü中😀\u200b"
+
+
+def base_serving(name: str = "bad") -> dict[str, Any]:
+    """A valid single-tray GB200 serving (one group)."""
+    return {
+        "apiVersion": "nvlfleet.io/v1alpha1",
+        "kind": "DeepSeekServing",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash"},
+            "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
+            "gpu": "GB200",
+            "roles": {"decode": {"groups": 1, "parallelism": {"tensor": 1, "nodesPerGroup": 1}}},
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Schema violations
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One broken constraint: ``path`` (wire names, from ``spec``) set to ``value``, breaking ``rule``."""
+
+    path: tuple[str, ...]
+    rule: str
+    value: Any
+
+    @property
+    def field(self) -> str:
+        return ".".join(("spec", *self.path))
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        node = out["spec"]
+        for key in self.path[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[self.path[-1]] = self.value
+        return out
+
+
+def _leaves(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every field under ``schema`` that is reached through objects only (no list items, no free-form maps)."""
+    for key, sub in (schema.get("properties") or {}).items():
+        here = (*path, key)
+        if sub.get("type") == "object" and sub.get("properties"):
+            yield here, sub
+            yield from _leaves(sub, here)
+        elif sub.get("type") in ("integer", "number", "string", "boolean", "array", "object"):
+            yield here, sub
+
+
+def spec_schema() -> dict[str, Any]:
+    version = crd.definition()["spec"]["versions"][0]
+    spec: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec
+
+
+_WRONG_TYPE = {
+    "integer": ["4", 1.5, True, [4], {"n": 4}],
+    "number": ["0.6", True, [0.6]],
+    "string": [7, True, ["x"], {"x": "y"}],
+    "boolean": ["true", 1, [True]],
+    "array": ["a", 1, {"a": 1}],
+    "object": ["x", 1, ["x"]],
+}
+
+
+def _breaking(path: tuple[str, ...], sub: dict[str, Any]) -> list[st.SearchStrategy[Violation]]:
+    kind = sub.get("type")
+    out: list[st.SearchStrategy[Violation]] = [
+        st.sampled_from(_WRONG_TYPE[kind]).map(lambda v: Violation(path, f"type {kind}", v))
+    ]
+    if kind in ("integer", "number") and "minimum" in sub:
+        low = sub["minimum"]
+        exclusive = sub.get("exclusiveMinimum", False)
+        below = st.integers(max_value=int(low) - (0 if exclusive else 1), min_value=int(low) - 2**40)
+        out.append(below.map(lambda v: Violation(path, "minimum", v)))
+    if kind in ("integer", "number") and "maximum" in sub:
+        high = int(sub["maximum"])
+        out.append(st.integers(min_value=high + 1, max_value=2**62).map(lambda v: Violation(path, "maximum", v)))
+    if kind == "string" and "maxLength" in sub:
+        n = sub["maxLength"]
+        out.append(
+            st.text(alphabet="abc", min_size=n + 1, max_size=n + 40).map(lambda v: Violation(path, "maxLength", v))
+        )
+    if kind == "string" and "enum" in sub:
+        enum = set(sub["enum"])
+        wrong = st.sampled_from([*(e.lower() for e in enum), *(e.upper() for e in enum), "", "GB100", " GB200"])
+        out.append(wrong.filter(lambda v: v not in enum).map(lambda v: Violation(path, "enum", v)))
+    if kind == "string" and "pattern" in sub:
+        # A nasty character where the pattern allows none; the pattern's own anchors make any of them fatal
+        # except in the few free-text patterns, which the caller filters with the real regex.
+        nasty = st.tuples(st.sampled_from(["deepseek", "07:00", "a"]), st.sampled_from(NASTY))
+        out.append(nasty.map(lambda t: Violation(path, "pattern", f"{t[0]}{t[1]}")))
+    if kind == "object" and sub.get("properties"):
+        out.append(
+            st.sampled_from(["tensorParallel", "Groups", "all2AllBackend", "nodes_per_group"]).map(
+                lambda k: Violation((*path, k), "unknown field", 1)
+            )
+        )
+    return out
+
+
+def schema_violations() -> st.SearchStrategy[Violation]:
+    """One constraint of the CRD's spec schema broken at one field (the rest of the serving stays valid)."""
+    import re
+
+    leaves = [(p, s) for p, s in _leaves(spec_schema()) if p[0] not in ("pod",) or len(p) == 2]
+    choices = [strategy for path, sub in leaves for strategy in _breaking(path, sub)]
+
+    def really_broken(v: Violation) -> bool:
+        if v.rule != "pattern":
+            return True
+        sub = dict(_leaves(spec_schema()))[v.path]
+        return re.fullmatch(sub["pattern"].strip("^$"), v.value) is None
+
+    return st.one_of(choices).filter(really_broken)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GB200 topology
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    tensor: int
+    data: int | None
+    nodes: int | None
+
+    def parallelism(self) -> dict[str, int]:
+        out = {"tensor": self.tensor}
+        if self.data is not None:
+            out["data"] = self.data
+        if self.nodes is not None:
+            out["nodesPerGroup"] = self.nodes
+        return out
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        out["spec"]["roles"]["decode"]["parallelism"] = self.parallelism()
+        return out
+
+
+def gb200_shapes() -> st.SearchStrategy[Shape]:
+    """Decode shapes inside the schema's bounds, data and nodesPerGroup each given or left out (not both out)."""
+    small = st.integers(min_value=1, max_value=24)
+    shape = st.builds(
+        Shape,
+        tensor=st.sampled_from([1, 2, 3, 4, 5, 6, 8, 16, 64]),
+        data=st.none() | st.one_of(small, st.integers(min_value=1, max_value=1024)),
+        nodes=st.none() | st.integers(min_value=1, max_value=64),
+    )
+    return shape.filter(lambda s: s.data is not None or s.nodes is not None)
+
+
+def breaks_gb200_rules(shape: Shape) -> str | None:
+    """Which GB200 NVL72 rule the shape breaks, from the hardware facts alone; None when it can run."""
+    per_tray, per_domain = GB200.gpus_per_node, GB200.nodes_per_domain
+    if shape.tensor > per_tray:
+        return "tensor parallelism beyond one tray"
+    if per_tray % shape.tensor:
+        return "tensor parallelism not dividing the tray"
+    if shape.data is not None and (shape.tensor * shape.data) % per_tray:
+        return "tensor × data not filling whole trays"
+    if shape.data is not None and shape.nodes is not None and shape.tensor * shape.data != shape.nodes * per_tray:
+        return "tensor × data not equal to the trays' GPUs"
+    nodes = shape.nodes if shape.nodes is not None else shape.tensor * (shape.data or 0) // per_tray
+    if nodes > per_domain:
+        return "a group larger than one NVLink domain"
+    return None
