@@ -438,12 +438,10 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
     own = (release.watched, release.namespace)
     assert [line for line in refused if _namespace_of(line) in (*own, None)] == []
     # And it stays out of namespaces it was not given: their servings belong to someone else (another nvlfleet
-    # instance, or nobody), and the chart rightly grants nothing there.
-    untouched = custom.get_namespaced_custom_object(*DSS[:2], release.unwatched, DSS[2], "someone-elses")
-    written = [k for k in untouched["metadata"].get("annotations") or {} if k.startswith("nvlfleet.io/")]
-    written += [f for f in untouched["metadata"].get("finalizers") or [] if f.startswith("nvlfleet.io/")]
+    # instance, or nobody), and the chart rightly grants nothing there. The serving in `unwatched` guarantees
+    # there is one to be tempted by. (Its annotations prove nothing: other operators share this cluster.)
     foreign = sorted({str(_namespace_of(line)) for line in refused if _namespace_of(line) not in (*own, None)})
-    assert (written, foreign) == ([], []), "the operator wrote to DeepSeekServings in namespaces it does not watch"
+    assert foreign == [], f"the operator tried to write to DeepSeekServings in namespaces it does not watch: {foreign}"
 
 
 def _namespace_of(log_line: str) -> str | None:
