@@ -603,6 +603,11 @@ def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: prof
     }
 
 
+def _meta_label(label: str) -> str:
+    """Prometheus's service-discovery name for a pod label (every non-alphanumeric character becomes '_')."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
+
+
 def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Manifest:
     """A Prometheus Operator PodMonitor for every leader of the serving."""
     return {
@@ -611,8 +616,21 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
         "metadata": _metadata(_fit(serving.metadata.name, "", DNS_LABEL_BUDGET), serving, _labels(serving, None, "")),
         "spec": {
             "selector": {"matchLabels": {**selector_labels(serving), LWS_WORKER_INDEX_LABEL: "0"}},
-            "podTargetLabels": [ROLE_LABEL, DOMAIN_LABEL],
-            "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": tuning.dialect.metrics_path}],
+            # vLLM's series get the label names nvlfleet's own gauges carry, so one dashboard selector matches both.
+            "podMetricsEndpoints": [
+                {
+                    "port": HTTP_PORT_NAME,
+                    "path": tuning.dialect.metrics_path,
+                    "relabelings": [
+                        {"action": "replace", "sourceLabels": [_meta_label(label)], "targetLabel": target}
+                        for label, target in (
+                            (SERVING_LABEL, "serving"),
+                            (ROLE_LABEL, "role"),
+                            (DOMAIN_LABEL, "domain"),
+                        )
+                    ],
+                }
+            ],
         },
     }
 
