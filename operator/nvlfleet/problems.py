@@ -2,12 +2,23 @@
 
 Pure core. ``validation``, ``profiles`` and ``render`` all report through ``Problem`` so the CLI, the admission
 webhook and the status conditions print one format: ``spec.roles.decode.parallelism.tensor: <sentence>``.
+
+A message never repeats a credential: a value that looks like one (a Hugging Face, OpenAI-style, AWS or GitHub
+token, a JWT) is replaced by ``<redacted>`` when the Problem is made, because messages travel to places the
+object itself does not (Events, the operator's log, ``kubectl apply`` output through the webhook).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
+
+# Values that are credentials whatever field they sit in.
+CREDENTIAL = re.compile(
+    r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*)"
+)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -16,6 +27,9 @@ class Problem:
 
     path: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", CREDENTIAL.sub("<redacted>", self.message))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
