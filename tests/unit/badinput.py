@@ -11,6 +11,8 @@ Two sources, so the examples are not just the ones somebody thought of:
   whether the shape can run: tensor parallelism inside one tray and dividing it, tensor × data filling whole
   trays, a group inside one domain.
 
+``assert_no_shell(argv)`` is the check every rendered or running container command must pass.
+
 Used by tests/unit/test_bad_input_properties.py (offline validation) and tests/integration/test_bad_input.py
 (the real API server and a running operator).
 """
@@ -19,14 +21,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import strategies as st
 
-from nvlfleet import crd, hardware
+from nvlfleet import crd, hardware, render
 
 GB200 = hardware.generation("GB200")
+SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env"}
 
 # Characters that make a string interesting to a shell, a parser or a terminal.
 NASTY = ";|&$`'\"\\<>(){}[]*?!#~ \t%éü中😀\u200b"
@@ -205,3 +209,16 @@ def breaks_gb200_rules(shape: Shape) -> str | None:
     if nodes > per_domain:
         return "a group larger than one NVLink domain"
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# No shell
+
+
+def assert_no_shell(command: list[str]) -> None:
+    """argv that no shell parses: not a shell, and ``-c`` only as the fixed worker launcher's interpreter flag."""
+    assert os.path.basename(command[0]) not in SHELLS, command[:3]
+    if "-c" in command:
+        at = command.index("-c")
+        assert at == 1 and os.path.basename(command[0]).startswith("python"), command[:3]
+        assert command[2] == render.WORKER_LAUNCHER

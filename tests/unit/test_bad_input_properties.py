@@ -8,7 +8,6 @@ running operator.
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import badinput
@@ -20,7 +19,6 @@ from hypothesis import strategies as st
 
 from nvlfleet import models, render, validation
 
-SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env"}
 FREE_TEXT_FLAGS = ["--root-path", "--chat-template", "--response-role", "--middleware", "--generation-config"]
 
 
@@ -65,15 +63,6 @@ def _commands(manifests: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-def assert_no_shell(command: list[str]) -> None:
-    """argv that no shell parses: not a shell, and ``-c`` only as the fixed worker launcher's interpreter flag."""
-    assert os.path.basename(command[0]) not in SHELLS, command[:3]
-    if "-c" in command:
-        at = command.index("-c")
-        assert at == 1 and os.path.basename(command[0]).startswith("python"), command[:3]
-        assert command[2] == render.WORKER_LAUNCHER
-
-
 def rendered(obj: dict[str, Any]) -> list[dict[str, Any]]:
     serving = models.DeepSeekServing.model_validate(obj)
     return render.render(serving, {"decode": {sb.CLIQUE_A: 1}})
@@ -103,7 +92,7 @@ def test_a_value_full_of_shell_metacharacters_is_one_argv_item_that_no_shell_see
     leader, _worker = commands
     assert flag in leader  # workers drop the API server's own flags
     for command in commands:
-        assert_no_shell(command)
+        badinput.assert_no_shell(command)
         if flag in command:
             assert command[command.index(flag) + 1] == value.replace("$(", "$$(")  # one item, only $( escaped
 
@@ -117,7 +106,7 @@ def test_an_extra_env_value_stays_an_env_value_and_never_enters_a_command(value:
     manifests = rendered(obj)
 
     for command in _commands(manifests):
-        assert_no_shell(command)
+        badinput.assert_no_shell(command)
         assert value not in command
     for obj_ in manifests:
         if obj_["kind"] == "LeaderWorkerSet":
@@ -151,4 +140,4 @@ def test_every_golden_serving_renders_without_a_shell(name: str) -> None:
 
     assert commands
     for command in commands:
-        assert_no_shell(command)
+        badinput.assert_no_shell(command)
