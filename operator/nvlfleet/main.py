@@ -254,6 +254,9 @@ class Operator:
         self.known[key] = _Known(label, domains, decision.unplaced)
         if decision.free_nodes:
             self.metrics.set_free_nodes(decision.free_nodes)
+        status = decision.status if decision.status is not None else (serving.get("status") or {})
+        conditions = {c["type"]: c.get("status") == "True" for c in status.get("conditions") or []}
+        self.metrics.set_conditions(key.namespace, key.name, conditions)
         if key not in self.status_metrics:  # what the status says now: a restart rewrites nothing that holds
             observed = serving.get("status") or {}
             self.status_metrics[key] = {field: observed.get(field) for field in _status_metrics(None)}
