@@ -10,6 +10,11 @@ readers in servings.py.
 from __future__ import annotations
 
 import copy
+import os
+import pathlib
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +27,7 @@ from servings import Cluster, groups_of, node_cliques, serving
 pytestmark = pytest.mark.integration
 
 Wait = Callable[..., Any]
+LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -276,3 +282,59 @@ def test_the_admission_webhook_refuses_an_invalid_serving_with_the_field_path(
     assert cluster.children("typo")["LeaderWorkerSet"] == []
     cluster.patch_spec("typo", {"extraArgs": []})  # an update that fixes it is admitted
     wait_for(lambda: cluster.ready("typo"), 120, "Ready once fixed")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Telemetry in the status
+
+
+def test_the_status_carries_measured_tokens_per_second_and_revenue_per_gpu_hour(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fleet = gb200_fleet(racks=1)
+    monkeypatch.setenv("NVLFLEET_SCRAPE_SECONDS", "5")  # long enough that timing jitter on a busy machine is small
+    monkeypatch.setenv("NVLFLEET_STATUS_METRICS_SECONDS", "2")
+    start_operator()
+    pricing = {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.60}
+    cluster.create(serving("earning", fleet, groups=1, nodes=2, pricing=pricing))
+    wait_for(lambda: cluster.ready("earning"), 120, "the serving to report Ready")
+
+    # vLLM's own /metrics at the leader's pod IP (the fleet's pod IPs are loopback addresses).
+    leader = next(p for p in cluster.pods("earning") if p.metadata.labels[LEADER_LABEL] == "0")
+    port = next(p.container_port for c in leader.spec.containers for p in c.ports or [] if p.name == "http")
+    prompt, cached, generation = 40_000.0, 30_000.0, 5_000.0
+    simulator = subprocess.Popen(
+        [sys.executable, "-m", "nvlfleet.cli", "simulate", "--listen", f"{leader.status.pod_ip}:{port}",
+         "--engines", "4", "--prompt", str(prompt), "--cached", str(cached), "--generation", str(generation),
+         "--speculative-tokens", "0"],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "simulate.log").open("wb"),
+    )  # fmt: skip
+    try:
+        first = wait_for(
+            lambda: (s := cluster.get("earning")["status"]).get("revenuePerGpuHour") is not None and s,
+            90,
+            "tokens/s and revenue in the status",
+        )
+        # Rate-limited, and rewritten as new scrapes arrive: a later figure has another measurement time.
+        status = wait_for(
+            lambda: (s := cluster.get("earning")["status"])["metricsTime"] != first["metricsTime"] and s,
+            60,
+            "a newer measurement in the status",
+        )
+    finally:
+        os.kill(simulator.pid, signal.SIGTERM)
+        simulator.wait(timeout=10)
+
+    gpus = status["gpus"]
+    revenue_per_hour = (cached * 0.003 + (prompt - cached) * 0.15 + generation * 0.60) / 1e6 * 3600
+    # Rates come from two scrapes 5 s apart on a shared 2-core machine; telemetry's own tests hold them to 1%.
+    assert status["tokensPerSecond"] == pytest.approx(prompt + generation, rel=0.05)
+    assert status["tokensPerSecondPerGpu"] == pytest.approx(status["tokensPerSecond"] / gpus, rel=0.001)
+    assert status["revenuePerHour"] == pytest.approx(revenue_per_hour, rel=0.05)
+    assert status["revenuePerGpuHour"] == pytest.approx(status["revenuePerHour"] / gpus, rel=0.001)
+    assert status["currency"] == "USD" and status["metricsTime"]
