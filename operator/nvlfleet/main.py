@@ -47,7 +47,7 @@ import pathlib
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -59,6 +59,7 @@ log = logging.getLogger("nvlfleet")
 DSS = (models.GROUP, models.VERSION, models.PLURAL)
 WEBHOOK_ID = "validate-deepseekserving"  # kopf serves it at /validate-deepseekserving (the chart's path)
 LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LABEL_VALUE_MAX = 63
 
 
 @dataclasses.dataclass
@@ -149,6 +150,11 @@ class Operator:
         self.nodes_seen: dict[str, tuple[Any, ...]] = {}
         self.status_metrics: dict[inventory.ServingKey, dict[str, Any]] = {}
         self._served: dict[str, tuple[bool, float]] = {}
+        # Set with leader election: False once this replica may have lost the Lease (then it writes nothing).
+        self.fence: Callable[[], bool] | None = None
+
+    def may_write(self) -> bool:
+        return self.fence is None or self.fence()
 
     def watched(self, namespace: str | None) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces
@@ -171,6 +177,9 @@ class Operator:
                     foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
                     if foreign:
                         decision = reconciler.reconcile(dataclasses.replace(snap, foreign=foreign))
+                if decision.writes and not self.may_write():
+                    log.warning("not writing for %s: this replica may no longer hold the Lease", key)
+                    return None
                 await asyncio.to_thread(self._carry_out, api, serving, decision)
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
@@ -193,8 +202,11 @@ class Operator:
             if lws["metadata"].get("namespace") == namespace
             and (lws["metadata"].get("labels") or {}).get(reconciler.SERVING_LABEL) == name
         ]
+        # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
+        # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
+        labelable = len(name) <= LABEL_VALUE_MAX
         for kind in kube.CHILD_KINDS:
-            if kind is not kube.LEADER_WORKER_SET and kind.kind in served:
+            if kind is not kube.LEADER_WORKER_SET and kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
         return reconciler.Snapshot(
             serving=serving,
@@ -348,7 +360,7 @@ class Operator:
         for key in list(self.known):
             summary = self.scraper.summary(key.namespace, key.name)
             fields = _status_metrics(summary)
-            if fields == self.status_metrics.get(key):
+            if fields == self.status_metrics.get(key) or not self.may_write():
                 continue
             try:
                 await asyncio.to_thread(api.patch_status, kube.DEEPSEEK_SERVING, key.namespace, key.name, fields)

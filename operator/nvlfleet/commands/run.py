@@ -7,8 +7,10 @@ because a rack's free capacity is a cluster fact; ``--namespace`` limits which D
 Leader election (``--leader-election-lease``) uses a ``coordination.k8s.io`` Lease, the way controller-runtime
 does: a replica starts kopf only once it holds the Lease, renews it every few seconds, and stops (exit 1, so
 its Deployment restarts it as a standby) as soon as it cannot renew within the deadline — before the Lease
-expires for the others, so two replicas never reconcile at once. A clean shutdown releases the Lease so a
-standby takes over immediately.
+expires for the others, so two replicas never reconcile at once. Until it has stopped, a leader whose last
+successful renewal (timed from when it was sent) is older than that deadline writes nothing: a process frozen
+past the Lease's expiry (a long pause, a stalled node) wakes up with its writes fenced off, finds the Lease taken
+and exits. A clean shutdown releases the Lease so a standby takes over immediately.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when the Lease was lost or kopf failed.
 """
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> int:
     import kopf
 
-    from nvlfleet import main  # noqa: F401 — after the settings are set: importing registers the handlers
+    from nvlfleet import main  # after the settings are set: importing registers the handlers
 
     stop = asyncio.Event()
     lost = asyncio.Event()
@@ -102,9 +104,12 @@ async def _operate(args: argparse.Namespace) -> int:
     renewing: asyncio.Task[None] | None = None
     if args.leader_election_lease:
         api = kube.Api(kube.connect(args.kubeconfig))
-        await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
+        leadership = Leadership(
+            await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
+        )
+        main.OPERATOR.fence = leadership.current  # no write once the Lease may have passed to another replica
         renewing = asyncio.create_task(
-            _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, stop, lost)
+            _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, leadership, stop, lost)
         )
     liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
     log.info("nvlfleet operator %s starting (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
@@ -120,31 +125,51 @@ async def _operate(args: argparse.Namespace) -> int:
     return 1 if lost.is_set() else 0
 
 
-async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> None:
+class Leadership:
+    """When this replica last renewed its Lease, counted from the moment the renewal was *sent*, so a reply that
+    arrives late (or a process that was frozen) never stretches the time this replica believes it leads."""
+
+    def __init__(self, renewed: float) -> None:
+        self.renewed = renewed
+
+    def current(self) -> bool:
+        return time.monotonic() - self.renewed < RENEW_DEADLINE_SECONDS
+
+
+async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> float:
     announced = False
-    while not await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS):
+    while True:
+        sent = time.monotonic()
+        if await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS):
+            log.info("became the leader (Lease %s/%s)", namespace, name)
+            return sent
         if not announced:
             log.info("standing by: Lease %s/%s is held by another replica", namespace, name)
             announced = True
         await asyncio.sleep(RENEW_SECONDS)
-    log.info("became the leader (Lease %s/%s)", namespace, name)
 
 
 async def _renew(
-    api: kube.Api, namespace: str, name: str, identity: str, stop: asyncio.Event, lost: asyncio.Event
+    api: kube.Api,
+    namespace: str,
+    name: str,
+    identity: str,
+    leadership: Leadership,
+    stop: asyncio.Event,
+    lost: asyncio.Event,
 ) -> None:
-    last = time.monotonic()
     while True:
         await asyncio.sleep(RENEW_SECONDS)
+        sent = time.monotonic()
         try:
             held = await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS)
         except Exception as err:  # the API server may be unreachable for a moment; the deadline decides
             log.warning("could not renew Lease %s/%s: %s", namespace, name, err)
             held = None
         if held:
-            last = time.monotonic()
+            leadership.renewed = sent
             continue
-        if held is False or time.monotonic() - last > RENEW_DEADLINE_SECONDS:
+        if held is False or not leadership.current():
             log.error("lost Lease %s/%s; stopping so that only one replica reconciles", namespace, name)
             lost.set()
             stop.set()
