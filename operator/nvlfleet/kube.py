@@ -12,6 +12,7 @@ Rules this module enforces, whoever calls it:
 * **Nothing nvlfleet did not create is ever deleted.** ``delete_child`` refuses an object unless it carries the
   ``app.kubernetes.io/managed-by=nvlfleet`` and ``nvlfleet.io/serving=<name>`` labels *and* a controller owner
   reference to that serving's uid, and it deletes with a uid precondition so a same-named successor survives.
+* **An unreachable API server is an ApiError** (503 Unavailable): callers retry it like any refusal.
 * **Status is merge-patched** on the ``/status`` subresource, so the reconciler's fields and the telemetry
   fields (written separately, rate-limited) never erase each other.
 """
@@ -28,11 +29,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kubernetes
+import urllib3
+
+from nvlfleet import reconciler
 
 FIELD_MANAGER = "nvlfleet"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "nvlfleet"
-SERVING_LABEL = "nvlfleet.io/serving"
 COMPONENT = "nvlfleet"
 
 logger = logging.getLogger(__name__)
@@ -156,15 +157,20 @@ class Api:
             auth_settings=["BearerToken"],
         )
         http_method, url, header_params, request_body, post_params = serialized
-        response = self.client.call_api(
-            http_method,
-            url,
-            header_params=header_params,
-            body=request_body,
-            post_params=post_params,
-            _request_timeout=self.timeout,
-        )
-        raw: bytes = response.read()  # type: ignore[no-untyped-call]
+        try:
+            response = self.client.call_api(
+                http_method,
+                url,
+                header_params=header_params,
+                body=request_body,
+                post_params=post_params,
+                _request_timeout=self.timeout,
+            )
+            raw: bytes = response.read()  # type: ignore[no-untyped-call]
+        except (urllib3.exceptions.HTTPError, OSError, kubernetes.client.exceptions.ApiException) as err:
+            # Refused, reset or timed out (an API server restarting): an answer like a 503, so every caller retries
+            # it on its own schedule instead of failing the pass with a traceback.
+            raise ApiError(503, "Unavailable", f"the API server could not be reached: {err}") from err
         if not 200 <= response.status < 300:
             raise _api_error(response.status, response.reason or "", raw)
         return json.loads(raw) if raw else None
@@ -225,7 +231,7 @@ class Api:
 
         Background propagation: the LeaderWorkerSet controller's pods go with their owner as usual.
         """
-        if not is_child_of(obj, serving_name, serving_uid):
+        if not reconciler.is_child_of(obj, serving_name, serving_uid):
             logger.warning("refusing to delete %s: not a child of serving %s", describe(obj), serving_name)
             return False
         kind = kind_of(obj)
@@ -352,19 +358,7 @@ class Api:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Ownership
-
-
-def is_child_of(obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> bool:
-    """nvlfleet's labels for this serving *and* a controller owner reference to its uid."""
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(SERVING_LABEL) != serving_name:
-        return False
-    return any(
-        ref.get("uid") == serving_uid and ref.get("kind") == DEEPSEEK_SERVING.kind and ref.get("controller")
-        for ref in meta.get("ownerReferences") or []
-    )
+# Helpers
 
 
 def describe(obj: Mapping[str, Any]) -> str:

@@ -18,8 +18,9 @@ Choices worth knowing:
   updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces'
   servings are reconciled: free capacity in a rack is a cluster fact.
 * **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
-  starts kopf only once it holds the Lease, and a leader that cannot renew stops, so two replicas never both
-  reconcile. kopf's own peering is switched off (it pauses operators by priority but does not elect).
+  starts kopf only once it holds the Lease, and a leader that cannot renew stops — writing nothing once its last
+  renewal is older than the renew deadline (``Operator.fence``) — so two replicas never both reconcile. kopf's own
+  peering is switched off (it pauses operators by priority but does not elect).
 * **Admission webhook, failurePolicy Ignore.** The webhook runs ``validation.validate``, the same checks as
   ``nvlfleet validate``, so ``kubectl apply`` of a bad serving fails at once with the field path. It is a fast
   path for feedback, not the safety net: the CRD's schema and CEL rules hold without it, and the reconciler
