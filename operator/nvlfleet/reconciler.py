@@ -192,6 +192,9 @@ def reconcile(snap: Snapshot) -> Decision:
     health = _health(serving, desired, snap, inv, plan)
     status = _status(serving, plan, health, changes, before, snap.now)
     events = [*changes.events(), *_status_events(before, status)]
+    if review.warnings and before.get("observedGeneration") != serving.metadata.generation:
+        # Accepted but will run badly (validation's warnings): said once per generation.
+        events.append(Event("Warning", "SpecWarning", _join(review.warnings)))
     return Decision(
         apply=tuple(changes.apply),
         delete=tuple(changes.delete),

@@ -516,3 +516,18 @@ def test_contains_compares_what_nvlfleet_says_not_what_others_add() -> None:
     assert not reconciler.contains({"b": [{"c": "x"}]}, {"b": [{"c": "x"}, {"c": "y"}]})
     assert not reconciler.contains({"a": True}, {"a": 1})
     assert not reconciler.contains({"a": {"b": 1}}, {"a": {}})
+
+
+def test_warnings_about_an_accepted_spec_are_announced_once_per_generation() -> None:
+    weights = {"cache": "none", "pvc": {"claimName": "weights"}}  # accepted, but the claim is ignored
+    cluster = Cluster(
+        serving(groups=1, nodes=2, model={**sb.serving_dict()["spec"]["model"], "weights": weights}), two_racks()
+    )
+    review = validation.review(cluster.serving)
+    assert review.warnings and not review.errors
+
+    first = cluster.converge()
+
+    warnings = [e for e in first.events if e.reason == "SpecWarning"]
+    assert [(e.type, e.message) for e in warnings] == [("Warning", "; ".join(str(w) for w in sorted(review.warnings)))]
+    assert [e.reason for e in cluster.converge().events if e.reason == "SpecWarning"] == []
