@@ -526,6 +526,26 @@ def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
                     f"spec.pod.resources.{section}",
                     f"{resource} is nvlfleet's to request: every pod takes all GPUs of its node",
                 )
+    # Kubernetes refuses these only when LeaderWorkerSet makes the pods, which then never appear: say so now.
+    for field, mapping, values_are_labels in (
+        ("labels", pod.labels, True),
+        ("nodeSelector", pod.node_selector, True),
+        ("annotations", pod.annotations, False),
+    ):
+        for key, value in mapping.items():
+            where = f'spec.pod.{field}["{key}"]'
+            if not _qualified_name(key):
+                out.error(
+                    where,
+                    f"{key!r} is not a label key (an optional DNS prefix and '/', then at most 63 "
+                    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+                )
+            elif values_are_labels and not (len(value) <= 63 and _LABEL_VALUE.fullmatch(value)):
+                out.error(
+                    where,
+                    f"{value!r} is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+                    "starting and ending with a letter or digit)",
+                )
     reserved = {spec.model.weights.mount_path: "the weight cache (spec.model.weights.mountPath)", _SHM: "shm"}
     for i, mount in enumerate(pod.volume_mounts):
         target = mount.get("mountPath")
@@ -536,6 +556,19 @@ def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
                 f"{target} is already mounted for {what}"
                 + ("; size it with spec.pod.shmSize" if what == "shm" else ""),
             )
+
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _qualified_name(key: str) -> bool:
+    """A Kubernetes label or annotation key: ``[prefix/]name``."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------
