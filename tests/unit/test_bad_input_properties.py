@@ -141,3 +141,35 @@ def test_every_golden_serving_renders_without_a_shell(name: str) -> None:
     assert commands
     for command in commands:
         badinput.assert_no_shell(command)
+
+
+@pytest.mark.parametrize(
+    ("pod", "path"),
+    [
+        ({"labels": {"team": "ünïcode"}}, 'spec.pod.labels["team"]'),
+        ({"labels": {"team": "t" * 64}}, 'spec.pod.labels["team"]'),
+        ({"labels": {"-team": "a"}}, 'spec.pod.labels["-team"]'),
+        ({"nodeSelector": {"rack": "r" * 64}}, 'spec.pod.nodeSelector["rack"]'),
+        ({"nodeSelector": {"rack": "a b"}}, 'spec.pod.nodeSelector["rack"]'),
+        ({"annotations": {"my note": "x"}}, 'spec.pod.annotations["my note"]'),
+        ({"annotations": {"Example.com/x": "y"}}, 'spec.pod.annotations["Example.com/x"]'),
+    ],
+)
+def test_labels_and_annotations_kubernetes_would_refuse_on_the_pods_are_refused_on_the_serving(
+    pod: dict[str, Any], path: str
+) -> None:
+    obj = badinput.base_serving()
+    obj["spec"]["pod"] = pod
+
+    assert [p.path for p in validation.validate(obj)] == [path]
+
+
+def test_any_annotation_value_and_prefixed_label_keys_are_fine() -> None:
+    obj = badinput.base_serving()
+    obj["spec"]["pod"] = {
+        "labels": {"example.com/team": "a-b_c.d", "tier": ""},
+        "annotations": {"example.com/note": "anything, ünïcode included; $(x) `y`"},
+        "nodeSelector": {"kubernetes.io/arch": "arm64"},
+    }
+
+    assert validation.validate(obj) == []
