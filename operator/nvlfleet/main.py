@@ -153,6 +153,7 @@ class Operator:
         self._served: dict[str, tuple[bool, float]] = {}
         # Set with leader election: False once this replica may have lost the Lease (then it writes nothing).
         self.fence: Callable[[], bool] | None = None
+        self.failures: dict[inventory.ServingKey, str] = {}  # the last refusal reported per serving
 
     def may_write(self) -> bool:
         return self.fence is None or self.fence()
@@ -181,7 +182,12 @@ class Operator:
                 if decision.writes and not self.may_write():
                     log.warning("not writing for %s: this replica may no longer hold the Lease", key)
                     return None
-                await asyncio.to_thread(self._carry_out, api, serving, decision)
+                try:
+                    await asyncio.to_thread(self._carry_out, api, serving, decision)
+                except kube.ApiError as err:
+                    await asyncio.to_thread(self._report_failure, api, key, serving, err)
+                    raise
+        self.failures.pop(key, None)
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
@@ -260,6 +266,19 @@ class Operator:
             except kube.ApiError as err:  # an event is a courtesy; never fail a pass for it
                 log.warning("could not record event %s on %s/%s: %s", event.reason, namespace, name, err)
 
+    def _report_failure(
+        self, api: kube.Api, key: inventory.ServingKey, serving: Mapping[str, Any], err: kube.ApiError
+    ) -> None:
+        """A Warning event when a write is refused, once per distinct refusal (the pass is retried meanwhile)."""
+        message = f"the API server refused a change, retrying: {err}"
+        if self.failures.get(key) == message or not self.may_write():
+            return
+        self.failures[key] = message
+        try:
+            api.emit_event(serving, "Warning", "ApplyFailed", message)
+        except kube.ApiError:
+            log.warning("could not record the failure of %s: %s", key, err)
+
     def _remember(self, key: inventory.ServingKey, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
         spec = serving.get("spec") or {}
         label = (spec.get("placement") or {}).get("domainLabel", models.DEFAULT_DOMAIN_LABEL)
@@ -277,6 +296,7 @@ class Operator:
 
     def forget(self, key: inventory.ServingKey) -> None:
         self.known.pop(key, None)
+        self.failures.pop(key, None)
         self.status_metrics.pop(key, None)
         self.scraper.remove_serving(key.namespace, key.name)
 
@@ -398,6 +418,9 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.commands.run
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    # kopf retries a failed watch request this many times, this far apart (about 2.5 minutes in all), before it
+    # escalates: long enough to ride out an API server restart quietly.
+    settings.networking.error_backoffs = (1, 1, 2, 3, 5, 8, 13, 21, 30, 30, 30)
     if op.config.webhook_port:
         _configure_webhook(settings, op.config)
     if op.config.metrics_port:
@@ -483,8 +506,13 @@ async def reconcile_serving(namespace: str | None, name: str, **_: Any) -> None:
 
 @kopf.timer(*DSS, id="recheck", interval=OPERATOR.config.recheck_seconds, initial_delay=5, when=_watched)
 async def recheck(namespace: str | None, name: str, **_: Any) -> None:
-    """The periodic level check; writes nothing when the fleet matches the spec."""
-    await _reconcile_or_retry(inventory.ServingKey(namespace or "default", name))
+    """The periodic level check; writes nothing when the fleet matches the spec. A refused write is not re-raised:
+    the next tick is the retry, and the serving already carries the ApplyFailed event."""
+    key = inventory.ServingKey(namespace or "default", name)
+    try:
+        await OPERATOR.reconcile(key)
+    except kube.ApiError as err:
+        log.warning("re-check of %s failed, next tick retries: %s", key, err)
 
 
 @kopf.on.delete(*DSS, id="forget", optional=True)
