@@ -512,7 +512,9 @@ async def recheck(namespace: str | None, name: str, **_: Any) -> None:
     try:
         await OPERATOR.reconcile(key)
     except kube.ApiError as err:
-        log.warning("re-check of %s failed, next tick retries: %s", key, err)
+        log.warning(
+            "re-check of %s failed, retrying in %.0fs (the next tick): %s", key, OPERATOR.config.recheck_seconds, err
+        )
 
 
 @kopf.on.delete(*DSS, id="forget", optional=True)
