@@ -405,12 +405,25 @@ def configure(config: Config) -> None:
 # Start-up and background tasks
 
 
+class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base annotation, written only on servings this operator watches.
+
+    kopf watches DeepSeekServings cluster-wide (GPU pods and nodes of every namespace count for placement) and
+    stores its diff base on every object it sees, handled or not. With ``--namespace`` that would annotate
+    servings another nvlfleet instance owns, and the chart's namespaced RBAC refuses it: so do not write there.
+    """
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        if OPERATOR.watched(body.metadata.namespace):
+            super().store(body=body, patch=patch, essence=essence)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op = OPERATOR
     op.indices = {name: kwargs[name] for name in ("fleet_nodes", "gpu_pods") if name in kwargs}
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = _WatchedDiffBaseStorage(
         prefix="nvlfleet.io", key="last-handled-configuration"
     )
     settings.persistence.finalizer = "nvlfleet.io/finalizer"
