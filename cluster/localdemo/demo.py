@@ -121,13 +121,34 @@ def up(options: Options | None = None, progress: Say = say) -> Result:
 
 def _fleet(api: client.ApiClient, options: Options, step: Say) -> list[dict[str, Any]]:
     nodes: list[dict[str, Any]] = []
+    present = _ready_nodes(api, options.fleet)
     for gpu, racks in options.racks:
+        wanted = fleet.fleet_nodes(gpu, racks, fleet=options.fleet)
+        if all(_same_labels(n, present.get(n["metadata"]["name"])) for n in wanted):
+            step(f"fleet {options.fleet!r}: reusing {racks} {gpu} NVL72 rack(s), {len(wanted)} trays Ready")
+            nodes += [present[n["metadata"]["name"]] for n in wanted]
+            continue
         step(f"fleet {options.fleet!r}: {racks} {gpu} NVL72 rack(s) of 18 trays (kwok nodes)")
         nodes += fleet.apply_fleet(api, racks, gpu, fleet=options.fleet)
     computedomains.install_device_class(api)
     computedomains.publish_channels(api, [n["metadata"]["name"] for n in nodes])
     _wait_untainted(api, options, len(nodes), step)
     return nodes
+
+
+def _ready_nodes(api: client.ApiClient, fleet_name: str) -> dict[str, dict[str, Any]]:
+    """The fleet's Ready nodes by name, as plain dicts (like the ones ``fleet.apply_fleet`` returns)."""
+    listed = client.CoreV1Api(api).list_node(label_selector=f"{fleet.LABEL_FLEET}={fleet_name}").items
+    ready = {}
+    for node in listed:
+        if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+            ready[node.metadata.name] = api.sanitize_for_serialization(node)
+    return ready
+
+
+def _same_labels(wanted: dict[str, Any], present: dict[str, Any] | None) -> bool:
+    labels = (present or {}).get("metadata", {}).get("labels") or {}
+    return present is not None and all(labels.get(k) == v for k, v in wanted["metadata"]["labels"].items())
 
 
 def _wait_untainted(api: client.ApiClient, options: Options, count: int, step: Say, timeout: float = 120.0) -> None:
