@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import figures
 import pytest
 import servings
 from kubernetes import client
@@ -156,3 +157,15 @@ def test_vllm_pods_run_unprivileged_and_the_hf_token_is_never_seen_by_nvlfleet(
     }
     assert "guarded" in written["operator log"] and "nvlfleet_" in metrics and events  # each source is real
     assert [where for where, text in written.items() if marker in text] == []
+
+    figures.record(
+        "security",
+        {
+            "pods_admitted_under_enforced_baseline": len(pods),
+            "restricted_requirements_unmet": sorted(unmet),
+            "operator_log_level": "debug",
+            "places_searched_for_the_token": sorted(written),
+            "characters_searched": sum(len(text) for text in written.values()),
+            "token_found_in": [],
+        },
+    )
