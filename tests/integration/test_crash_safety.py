@@ -6,9 +6,10 @@ One fleet, one namespace, two runs of the same servings:
    undisturbed. Their children (LeaderWorkerSets, ComputeDomains, Services: names, labels, annotations, specs,
    owner references), each serving's placement and its conditions, and the pods per rack are the reference.
 2. **Crash run.** The servings are deleted (garbage collection removes everything they owned) and created again
-   in batches while the operator is started and SIGKILLed by its PID at seeded random moments — during start-up,
-   while listing, in the middle of a pass — and some specs are changed while no operator runs. After the last
-   kill one operator runs undisturbed until every serving has converged.
+   in batches while the operator is started and SIGKILLed by its PID at seeded random moments — during start-up
+   (30 %) or 0.2–8 s into reconciling, which lands some kills between the writes of one pass — and some specs
+   are changed while no operator runs. After the last kill one operator runs undisturbed until every serving
+   has converged.
 
 The crash run must end exactly where the clean run ended: the same children with the same content, the same
 placement, the same pods per rack, no object left over or twice, no child without its serving. Objects a user
@@ -33,6 +34,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +53,7 @@ SERVINGS = int(os.environ.get("NVLFLEET_CRASH_SERVINGS", "20"))
 KILLS = int(os.environ.get("NVLFLEET_CRASH_KILLS", "20"))
 SEED = int(os.environ.get("NVLFLEET_CRASH_SEED", "20261130"))
 TRAYS_PER_RACK = 18
-KILL_WINDOW_SECONDS = (0.3, 10.0)  # start-up (imports, login, listing) takes a few seconds here; passes follow
+STARTUP_KILLS = 0.3  # share of kills during start-up (imports, login, first listings); the rest land in passes
 RECHECK_SECONDS = 30.0  # a 3 s re-check of every serving would be most of this machine's CPU
 Wait = Callable[..., Any]
 
@@ -344,8 +346,8 @@ def state(api_client: client.ApiClient, namespace: str, fleet: Any, ignore: set[
 
 
 def unconverged(api_client: client.ApiClient, namespace: str, plans: list[Plan]) -> dict[str, str]:
-    """Servings that have not reported on their current generation yet: Ready, or (the one whose Service name a
-    user took) NameConflict; {name: what it says now}."""
+    """Servings that have not settled on their current generation yet: Ready and no longer Progressing, or (the one
+    whose Service name a user took) NameConflict; {name: what it says now}."""
     custom = client.CustomObjectsApi(api_client)
     objs = custom.list_namespaced_custom_object(servings.GROUP, servings.VERSION, namespace, servings.PLURAL)["items"]
     waiting = {p.name: "not created" for p in plans}
@@ -354,7 +356,8 @@ def unconverged(api_client: client.ApiClient, namespace: str, plans: list[Plan])
         ready = servings.condition_of(obj, "Ready") or {}
         current = status.get("observedGeneration") == obj["metadata"]["generation"]
         want = "NameConflict" if name == conflicted(plans) else None
-        if current and (ready.get("reason") == want if want else servings.is_ready(obj)):
+        settled = (servings.condition_of(obj, "Progressing") or {}).get("status") == "False"
+        if current and (ready.get("reason") == want if want else servings.is_ready(obj) and settled):
             del waiting[name]
         else:
             waiting[name] = f"generation {obj['metadata']['generation']}, {status.get('ready')}, Ready: {ready}"
@@ -369,6 +372,21 @@ def await_convergence(api_client: client.ApiClient, namespace: str, plans: list[
             pytest.fail(f"not converged after {timeout:.0f}s: {waiting}", pytrace=False)
         time.sleep(2.0)
     return time.monotonic() - started
+
+
+def kill_moment(operator: OperatorProcess, rng: random.Random) -> dict[str, Any]:
+    """Wait for a seeded random moment to kill: during start-up, or 0.2–8 s into reconciling."""
+    started = time.monotonic()
+    if rng.random() < STARTUP_KILLS:
+        time.sleep(rng.uniform(0.2, 3.0))
+        return {"phase": "starting", "after_seconds": round(time.monotonic() - started, 2)}
+    delay = rng.uniform(0.2, 8.0)
+    deadline = started + 120
+    while "Activity 'startup' succeeded" not in operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]:
+        assert time.monotonic() < deadline, "the operator did not start within 120 s"
+        time.sleep(0.1)
+    time.sleep(delay)
+    return {"phase": "reconciling", "after_seconds": round(time.monotonic() - started, 2)}
 
 
 def pass_durations(metrics_port: int) -> tuple[int, float]:
@@ -466,15 +484,18 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
                 created = cluster.create(spec_of(plan, fleet, plan.groups))
                 if int(plan.name[1:]) % 5 == 0:
                     decoys.attach(created)
-            delay = rng.uniform(*KILL_WINDOW_SECONDS)
-            time.sleep(delay)
+            moment = kill_moment(operator, rng)
             this_start = operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]
             code = operator.stop(kill=True)
             assert code == -9, f"the operator exited on its own (code {code}) before kill {round_ + 1}"
+            writes = re.findall(r" applied (\w+) ", this_start)
             kills.append(
                 {
-                    "after_seconds": round(delay, 2),
-                    "phase": "running passes" if "Activity 'startup' succeeded" in this_start else "starting",
+                    **moment,
+                    "writes_before": len(writes),
+                    # A pass applies ComputeDomain, LeaderWorkerSet, Service in this order: a kill after either
+                    # of the first two left that serving half-written.
+                    "mid_pass": bool(writes) and writes[-1] != "Service",
                     "servings_ready": sum(servings.is_ready(o) for o in cluster.list()),
                 }
             )
@@ -512,7 +533,7 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
     assert ("Warning", "NameConflict") in [(t, r) for t, r, _ in cluster.events(conflicted(plans))]
 
     figures.record(
-        "crash_safety",
+        f"crash_safety_{SERVINGS}_servings",
         {
             "servings": SERVINGS,
             "groups": expected_groups,
@@ -526,7 +547,8 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
             "kill_phase_seconds": round(kill_phase_seconds, 1),
             "converge_after_last_restart_seconds": round(recovery_seconds, 1),
             "kills_during_startup": sum(k["phase"] == "starting" for k in kills),
-            "kills_while_running_passes": sum(k["phase"] == "running passes" for k in kills),
+            "kills_while_reconciling": sum(k["phase"] == "reconciling" for k in kills),
+            "kills_that_left_a_serving_half_written": sum(k["mid_pass"] for k in kills),
             "final_operator_passes": passes[0],
             "final_operator_mean_pass_seconds": round(passes[1] / passes[0], 2) if passes[0] else None,
             "kill_moments": kills,
