@@ -1,0 +1,301 @@
+"""Figure 1, convergence: how much longer N servings take through nvlfleet than the API server's own limit.
+
+Measured on the benchmark cluster (``benchcluster``), side by side, each run in a fresh namespace on a free fleet:
+
+* **nvlfleet**: ``nvlfleet run`` is started and idle; the clock starts at the first ``create`` of N
+  DeepSeekServings and stops when every one reports ``Ready=True`` for its current generation (status).
+* **plain client** (the reference): the very same children — ``render.render`` of the same specs with the
+  placement nvlfleet chose, read from the first run's status — are server-side applied one after the other by a
+  plain ``kubernetes`` client; the clock stops when every pod of every LeaderWorkerSet is Ready. Rendering
+  happens before the clock starts: the reference is the API server's write path and the controllers behind it
+  (LWS, scheduler, kwok), nothing else.
+
+Both sides wait on a watch (no polling interval to round up to). Between the runs the namespace is deleted and
+the benchmark waits until every pod is gone, so each run starts on an empty fleet. The servings keep the
+defaults of a DeepSeek-V4.1-Flash decode role on GB200 with two-node groups (a leader and a worker per group),
+without ComputeDomains (the local cluster runs no IMEX driver; with one, both sides would wait for it alike) and
+without scraping (figure 4 measures telemetry on its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import benchcluster
+from kubernetes import client, watch
+
+from nvlfleet import models, render
+
+GROUP, VERSION, PLURAL = models.GROUP, models.VERSION, models.PLURAL
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+FIELD_MANAGER = "bench-plain-client"
+WARM_UP = "warm-up"
+NODES_PER_GROUP = 2
+PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
+
+
+def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROUP) -> dict[str, Any]:
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
+            "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
+            "gpu": "GB200",
+            "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes_per_group}}},
+            "placement": {"computeDomain": False},
+            "monitoring": {"scrape": False},
+        },
+    }
+
+
+def names(count: int) -> list[str]:
+    return [f"serving-{i:04d}" for i in range(count)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    seconds: float
+    writes: float  # requests counted as writes for the client's identity
+    placements: Mapping[str, Mapping[str, Mapping[str, int]]] = dataclasses.field(default_factory=dict)
+    cpu_seconds: float | None = None  # the operator process's CPU during the run
+    pods_seconds: float | None = None  # until every pod was Ready (the operator's run only; status comes later)
+    applied_seconds: float | None = None  # the plain client's apply loop alone
+
+
+class ReadyWatch:
+    """Watches a list call and notes the moment ``expected`` of its objects first satisfy ``ready`` together."""
+
+    def __init__(self, list_fn: Callable[..., Any], ready: Callable[[Mapping[str, Any]], bool], expected: int) -> None:
+        self._list_fn = list_fn
+        self._ready = ready
+        self.expected = expected
+        self.reached_at: float | None = None
+        self._state: dict[str, bool] = {}
+        self._objects: dict[str, Mapping[str, Any]] = {}
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ready-watch")
+
+    def start(self) -> ReadyWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    body = json.loads(self._list_fn(_preload_content=False).data)
+                    with self._changed:
+                        for obj in body.get("items") or []:
+                            self._note("ADDED", obj)
+                    version = body["metadata"]["resourceVersion"]
+                for event in self._watch.stream(
+                    self._list_fn, resource_version=version, timeout_seconds=60, _request_timeout=90
+                ):
+                    obj = event["raw_object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    with self._changed:
+                        self._note(event["type"], obj)
+                    if self._stop.is_set():
+                        return
+            except client.ApiException as err:
+                if err.status == 410:  # the resource version expired: list again
+                    version = ""
+                elif not self._stop.is_set():
+                    time.sleep(0.5)
+            except Exception:  # a dropped connection: resume from the last version seen
+                if not self._stop.is_set():
+                    time.sleep(0.5)
+
+    def _note(self, kind: str, obj: Mapping[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self._state.pop(name, None)
+            self._objects.pop(name, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self._state[name] = self._ready(obj)
+            self._objects[name] = obj
+        if self.reached_at is None and sum(self._state.values()) >= self.expected:
+            self.reached_at = time.monotonic()
+        self._changed.notify_all()
+
+    def wait(self, timeout: float) -> float:
+        """Block until ``expected`` objects were ready together; returns that moment (``time.monotonic``)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.reached_at is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    ready = sum(self._state.values())
+                    raise TimeoutError(f"{ready}/{self.expected} ready after {timeout:.0f}s")
+                self._changed.wait(min(left, 1.0))
+            return self.reached_at
+
+    def objects(self) -> dict[str, Mapping[str, Any]]:
+        with self._changed:
+            return dict(self._objects)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watch.stop()
+
+
+def serving_ready(obj: Mapping[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def pod_ready(obj: Mapping[str, Any]) -> bool:
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def run_operator(
+    cluster: benchcluster.BenchCluster,
+    namespace: str,
+    count: int,
+    *,
+    log_dir: Any,
+    timeout: float = 900,
+    profile: Callable[[int], Any] | None = None,
+) -> Run:
+    """N servings through a freshly started ``nvlfleet run``; see the module docstring."""
+    from proc import cpu_seconds
+
+    cluster.namespace(namespace)
+    identity = cluster.identity("operator")
+    command = cluster.operator_command(identity, [namespace], recheck_seconds=60)
+    operator = benchcluster.OperatorProcess(command, log_dir / f"operator-{namespace}.log").start()
+    custom = client.CustomObjectsApi(cluster.admin)
+    watcher = ReadyWatch(
+        lambda **kw: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kw),
+        serving_ready,
+        count + 1,  # the warm-up serving too
+    ).start()
+    core = client.CoreV1Api(cluster.admin)
+    pods = ReadyWatch(
+        lambda **kw: core.list_namespaced_pod(namespace, label_selector=f"{render.MANAGED_BY_LABEL}=nvlfleet", **kw),
+        pod_ready,
+        count * PODS_PER_SERVING,
+    ).start()
+    profiler = None
+    try:
+        warm_up(custom, namespace, watcher)
+        before = cluster.requests().get("operator-writes", 0.0)
+        cpu = cpu_seconds(operator.pid)
+        if profile is not None:
+            profiler = profile(operator.pid)
+        started = time.monotonic()
+        for name in names(count):
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving(name))
+        done = watcher.wait(timeout)
+        cpu = cpu_seconds(operator.pid) - cpu
+        pods_done = pods.reached_at or done
+        writes = cluster.requests().get("operator-writes", 0.0) - before
+        placements = {
+            n: (o.get("status") or {}).get("placement") or {} for n, o in watcher.objects().items() if n != WARM_UP
+        }
+    finally:
+        if profiler is not None:
+            profiler.stop()
+        watcher.stop()
+        pods.stop()
+        operator.stop()
+    return Run(done - started, writes, placements, cpu, pods_done - started)
+
+
+def warm_up(custom: client.CustomObjectsApi, namespace: str, watcher: ReadyWatch, timeout: float = 300) -> None:
+    """Until the operator has reconciled a serving of zero groups: kopf has filled its node and pod indexes
+    (a thousand nodes take it a while) and runs handlers, so the clock measures reconciling, not start-up."""
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving(WARM_UP, groups=0))
+    deadline = time.monotonic() + timeout
+    while not serving_ready(watcher.objects().get(WARM_UP) or {"metadata": {}}):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the operator did not reconcile the warm-up serving within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def run_plain_client(
+    cluster: benchcluster.BenchCluster,
+    namespace: str,
+    count: int,
+    placements: Mapping[str, Mapping[str, Mapping[str, int]]],
+    *,
+    timeout: float = 900,
+) -> Run:
+    """The same children, server-side applied by a plain client; see the module docstring."""
+    from kubernetes import config
+
+    cluster.namespace(namespace)
+    identity = cluster.identity("plain-client")
+    api = config.new_client_from_config(config_file=str(identity))
+    children = []
+    for name in names(count):
+        body = serving(name)
+        body["metadata"]["namespace"] = namespace
+        parsed = models.DeepSeekServing.model_validate(body)
+        children += render.render(parsed, {r: dict(d) for r, d in placements[name].items()})
+    expected_pods = sum(
+        child["spec"]["replicas"] * child["spec"]["leaderWorkerTemplate"]["size"]
+        for child in children
+        if child["kind"] == "LeaderWorkerSet"
+    )
+    core = client.CoreV1Api(cluster.admin)
+    watcher = ReadyWatch(
+        lambda **kw: core.list_namespaced_pod(namespace, label_selector=f"{render.MANAGED_BY_LABEL}=nvlfleet", **kw),
+        pod_ready,
+        expected_pods,
+    ).start()
+    try:
+        before = cluster.requests().get("plain-client-writes", 0.0)
+        started = time.monotonic()
+        for child in children:
+            server_side_apply(api, child)
+        applied = time.monotonic()
+        done = watcher.wait(timeout)
+        writes = cluster.requests().get("plain-client-writes", 0.0) - before
+    finally:
+        watcher.stop()
+        api.close()
+    return Run(done - started, writes, applied_seconds=applied - started)
+
+
+def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """Placements of ``bodies`` planned together on the cluster's nodes, as nvlfleet's planner would."""
+    from nvlfleet import inventory, planner
+
+    nodes = [n for n in json.loads(client.CoreV1Api(api).list_node(_preload_content=False).data)["items"]]
+    ignored: list[Any] = []
+    inv = inventory.build([p for i, n in enumerate(nodes) if (p := inventory.parse_node(n, f"[{i}]", ignored))])
+    parsed = [
+        models.DeepSeekServing.model_validate({**b, "metadata": {**b["metadata"], "namespace": namespace}})
+        for b in bodies
+    ]
+    result = planner.plan(inv, [d for s in parsed for d in planner.demands(s)])
+    return {s.metadata.name: result.placement(inventory.ServingKey(namespace, s.metadata.name)) for s in parsed}
+
+
+def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any]) -> None:
+    meta = obj["metadata"]
+    options = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+    if obj["kind"] == "Service":
+        client.CoreV1Api(api).patch_namespaced_service(meta["name"], meta["namespace"], dict(obj), **options)
+    elif obj["kind"] == "LeaderWorkerSet":
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            *LWS[:2], meta["namespace"], LWS[2], meta["name"], dict(obj), **options
+        )
+    else:
+        raise ValueError(f"the plain client does not apply {obj['kind']}")

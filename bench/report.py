@@ -1,0 +1,157 @@
+"""The benchmark table: rows measured side by side, their ratios, goals, and the documents made from them.
+
+Pure (no clock, no I/O): ``bench/run.py`` measures, this module only formats. One ``Row`` per measured
+quantity: nvlfleet's value next to the reference measured in the same run (a plain client, a baseline
+placement engine, the scrape interval), the ratio of the two, and the goal it is held to. The machine-readable
+summary (one ``name: value`` line per figure) closes both the terminal output and ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """``on`` the ratio or the nvlfleet value, ``at most`` (or ``at least``) ``limit``."""
+
+    on: Literal["ratio", "value"]
+    limit: float
+    at_most: bool = True
+
+    def met(self, row: Row) -> bool | None:
+        measured = row.ratio if self.on == "ratio" else row.value
+        if measured is None:
+            return None
+        return measured <= self.limit if self.at_most else measured >= self.limit
+
+    def text(self, unit: str) -> str:
+        sign = "≤" if self.at_most else "≥"
+        return f"{sign} {number(self.limit)}×" if self.on == "ratio" else f"{sign} {number(self.limit)} {unit}".strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One measured quantity of one figure; ``reference`` was measured in the same run as ``value``."""
+
+    figure: str
+    measure: str
+    unit: str
+    value: float | None
+    reference: float | None = None
+    reference_label: str = ""
+    goal: Goal | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.value, self.reference)
+
+    @property
+    def met(self) -> bool | None:
+        return self.goal.met(self) if self.goal else None
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """``value / reference``; None when either is missing, or the reference is zero (no ratio exists)."""
+    if value is None or reference is None or reference == 0 or math.isnan(value) or math.isnan(reference):
+        return None
+    return value / reference
+
+
+def number(value: float | None) -> str:
+    """Three significant digits, no exponent for the sizes a benchmark reports; ``—`` for no value."""
+    if value is None or math.isnan(value):
+        return "—"
+    if value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    magnitude = abs(value)
+    digits = 3 if magnitude < 1 else max(0, 3 - len(str(int(magnitude))))
+    return f"{value:.{digits}f}"
+
+
+_HEAD = ("figure", "measure", "nvlfleet", "reference", "ratio", "goal", "")
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    unit = f" {row.unit}" if row.unit else ""
+    value = number(row.value) + (unit if row.value is not None else "")
+    if row.reference is None:
+        reference = row.reference_label or ""
+    else:
+        reference = f"{number(row.reference)}{unit}" + (f" ({row.reference_label})" if row.reference_label else "")
+    ratio_text = f"{number(row.ratio)}×" if row.ratio is not None else ""
+    goal = row.goal.text(row.unit) if row.goal else ""
+    mark = {True: "ok", False: "MISSED", None: ""}[row.met] if row.goal else ""
+    return (row.figure, row.measure, value, reference, ratio_text, goal, mark)
+
+
+def table(rows: Sequence[Row]) -> str:
+    """A fixed-width text table for the terminal."""
+    cells = [_HEAD, *(_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(_HEAD))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths).rstrip())
+    return "\n".join(lines)
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [line(_HEAD), "|" + "---|" * len(_HEAD)]
+    out += [line(_cells(r)) for r in rows]
+    return "\n".join(out)
+
+
+def summary_lines(summary: Mapping[str, float | None]) -> str:
+    """``name: value`` per line, in the given order; a figure that could not be measured says ``null``."""
+    return "\n".join(f"{name}: {_plain(value)}" for name, value in summary.items())
+
+
+def _plain(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, float) and value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def document(
+    rows: Sequence[Row],
+    summary: Mapping[str, float | None],
+    *,
+    command: str,
+    machine: Mapping[str, str],
+    notes: Sequence[str] = (),
+) -> str:
+    """docs/benchmarks.md: generated, so every number in it comes from the run it describes."""
+    facts = "\n".join(f"- {key}: {value}" for key, value in machine.items())
+    parts = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by `make bench` (bench/run.py). Do not edit: rerun it. -->",
+        "",
+        "Each row puts nvlfleet next to a reference measured in the same run, on the same machine, so a busy",
+        "machine slows both sides alike and the ratio stays meaningful. How each figure is measured is written",
+        "in `bench/` (one module per figure, its docstring says what is timed and against what).",
+        "",
+        "Command:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "Machine:",
+        "",
+        facts,
+        "",
+        markdown_table(rows),
+        "",
+    ]
+    if notes:
+        parts += ["Notes from this run:", "", *(f"- {n}" for n in notes), ""]
+    parts += ["Machine-readable summary:", "", "```", summary_lines(summary), "```", ""]
+    return "\n".join(parts)
