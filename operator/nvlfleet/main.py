@@ -260,7 +260,10 @@ class Operator:
                 log.info("deleted %s", kube.describe(old))
         if decision.status is not None:
             api.patch_status(kube.DEEPSEEK_SERVING, namespace, name, decision.status)
+            conditions = " ".join(f"{c['type']}={c['status']}" for c in decision.status["conditions"])
+            log.info("status of %s/%s: ready %s, %s", namespace, name, decision.status.get("ready"), conditions)
         for event in decision.events:
+            log.info("event %s %s on %s/%s: %s", event.type, event.reason, namespace, name, event.message)
             try:
                 api.emit_event(serving, event.type, event.reason, event.message)
             except kube.ApiError as err:  # an event is a courtesy; never fail a pass for it
