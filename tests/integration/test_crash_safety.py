@@ -412,7 +412,8 @@ def leftovers(api_client: client.ApiClient, namespace: str, ignore: set[str]) ->
     """Servings, nvlfleet-labelled children and serving pods still in ``namespace``, but the ``ignore``d decoys."""
     custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
     found = [
-        f"DeepSeekServing/{o['metadata']['name']}"
+        f"DeepSeekServing/{o['metadata']['name']} (finalizers {o['metadata'].get('finalizers')}, "
+        f"deleted {o['metadata'].get('deletionTimestamp')})"
         for o in custom.list_namespaced_custom_object(servings.GROUP, servings.VERSION, namespace, servings.PLURAL)[
             "items"
         ]
