@@ -9,9 +9,11 @@ Choices worth knowing:
 
 * **One reconcile at a time.** A process-wide asyncio lock is held from reading the fleet to the last write, so
   two servings planned back to back see each other's LeaderWorkerSets and never over-commit a rack.
-* **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (``timer``) writes
-  nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the status
-  with the observed status). kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
+* **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (a task that nudges
+  every serving this process knows — not a kopf timer: kopf puts a finalizer on every object a timer runs for, and
+  a serving could then not be deleted, nor its namespace, while no operator runs) writes nothing when nothing
+  changed (the reconciler compares rendered children with the observed ones, and the status with the observed
+  status). kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
 * **Nodes and GPU pods are watched through kopf indexes** (informer caches that kopf fills before any handler
   runs). Their changes nudge the servings they affect — a rack that frees capacity re-plans servings waiting for
   it, a lost node re-plans the servings placed in its rack — through a small debounced queue, so a burst of pod
@@ -378,6 +380,12 @@ class Operator:
                 return labels
         return {}
 
+    async def recheck_all(self) -> None:
+        """The periodic level check: a nudge for every serving this process knows, so each pass queues behind the
+        lock like any other and a failed one is retried by the nudger; writes nothing when the fleet matches."""
+        for key in list(self.known):
+            self.nudges.add(key)
+
     async def write_status_metrics(self) -> None:
         """Copy tokens/s and revenue into each serving's status, only when they changed (rate-limited)."""
         api = self._api()
@@ -445,6 +453,7 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op.tasks.append(asyncio.create_task(_work_nudges(op), name="nudges"))
     op.tasks.append(asyncio.create_task(op.scraper.run(op.config.scrape_seconds), name="scraper"))
     op.tasks.append(asyncio.create_task(_every(op.config.status_metrics_seconds, op.write_status_metrics)))
+    op.tasks.append(asyncio.create_task(_every(op.config.recheck_seconds, op.recheck_all), name="re-check"))
 
 
 @kopf.on.login()
@@ -518,19 +527,6 @@ def _watched(namespace: str | None, **_: Any) -> bool:
 @kopf.on.update(*DSS, id="reconcile", when=_watched)
 async def reconcile_serving(namespace: str | None, name: str, **_: Any) -> None:
     await _reconcile_or_retry(inventory.ServingKey(namespace or "default", name))
-
-
-@kopf.timer(*DSS, id="recheck", interval=OPERATOR.config.recheck_seconds, initial_delay=5, when=_watched)
-async def recheck(namespace: str | None, name: str, **_: Any) -> None:
-    """The periodic level check; writes nothing when the fleet matches the spec. A refused write is not re-raised:
-    the next tick is the retry, and the serving already carries the ApplyFailed event."""
-    key = inventory.ServingKey(namespace or "default", name)
-    try:
-        await OPERATOR.reconcile(key)
-    except kube.ApiError as err:
-        log.warning(
-            "re-check of %s failed, retrying in %.0fs (the next tick): %s", key, OPERATOR.config.recheck_seconds, err
-        )
 
 
 @kopf.on.delete(*DSS, id="forget", optional=True)
