@@ -215,7 +215,9 @@ class BenchCluster:
         fleet.wait_ready(self.admin, [n["metadata"]["name"] for n in nodes], timeout=300)
         return nodes
 
-    def operator_command(self, kubeconfig: pathlib.Path, namespaces: list[str], recheck_seconds: float) -> list[str]:
+    def operator_command(
+        self, kubeconfig: pathlib.Path, namespaces: list[str], recheck_seconds: float, metrics_port: int = 0
+    ) -> list[str]:
         return [
             sys.executable,
             "-m",
@@ -226,7 +228,7 @@ class BenchCluster:
             "--bind-address",
             "127.0.0.1",
             "--metrics-port",
-            "0",
+            str(metrics_port),
             "--health-port",
             "0",
             "--recheck-seconds",

@@ -34,6 +34,7 @@ from nvlfleet import models, render
 GROUP, VERSION, PLURAL = models.GROUP, models.VERSION, models.PLURAL
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 FIELD_MANAGER = "bench-plain-client"
+POD_SELECTOR = f"{render.MANAGED_BY_LABEL}={render.MANAGED_BY}"
 WARM_UP = "warm-up"
 NODES_PER_GROUP = 2
 PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
@@ -67,6 +68,8 @@ class Run:
     cpu_seconds: float | None = None  # the operator process's CPU during the run
     pods_seconds: float | None = None  # until every pod was Ready (the operator's run only; status comes later)
     applied_seconds: float | None = None  # the plain client's apply loop alone
+    timed_out: bool = False  # cut short at the time cap: ``seconds`` is a lower bound
+    ready: int = 0  # servings (or pods) ready at the end
 
 
 class ReadyWatch:
@@ -187,7 +190,7 @@ def run_operator(
     ).start()
     core = client.CoreV1Api(cluster.admin)
     pods = ReadyWatch(
-        lambda **kw: core.list_namespaced_pod(namespace, label_selector=f"{render.MANAGED_BY_LABEL}=nvlfleet", **kw),
+        lambda **kw: core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR, **kw),
         pod_ready,
         count * PODS_PER_SERVING,
     ).start()
@@ -201,7 +204,10 @@ def run_operator(
         started = time.monotonic()
         for name in names(count):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving(name))
-        done = watcher.wait(timeout)
+        try:
+            done, timed_out = watcher.wait(timeout), False
+        except TimeoutError:
+            done, timed_out = time.monotonic(), True
         cpu = cpu_seconds(operator.pid) - cpu
         pods_done = pods.reached_at or done
         writes = cluster.requests().get("operator-writes", 0.0) - before
@@ -214,7 +220,8 @@ def run_operator(
         watcher.stop()
         pods.stop()
         operator.stop()
-    return Run(done - started, writes, placements, cpu, pods_done - started)
+    ready = sum(1 for n, o in watcher.objects().items() if n != WARM_UP and serving_ready(o))
+    return Run(done - started, writes, placements, cpu, pods_done - started, timed_out=timed_out, ready=ready)
 
 
 def warm_up(custom: client.CustomObjectsApi, namespace: str, watcher: ReadyWatch, timeout: float = 300) -> None:
@@ -242,6 +249,9 @@ def run_plain_client(
     cluster.namespace(namespace)
     identity = cluster.identity("plain-client")
     api = config.new_client_from_config(config_file=str(identity))
+    if any(not placements.get(name) for name in names(count)):
+        # nvlfleet did not place them all (its run was cut short): the planner places the whole batch instead.
+        placements = plan(cluster.admin, namespace, [serving(name) for name in names(count)])
     children = []
     for name in names(count):
         body = serving(name)
@@ -255,7 +265,7 @@ def run_plain_client(
     )
     core = client.CoreV1Api(cluster.admin)
     watcher = ReadyWatch(
-        lambda **kw: core.list_namespaced_pod(namespace, label_selector=f"{render.MANAGED_BY_LABEL}=nvlfleet", **kw),
+        lambda **kw: core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR, **kw),
         pod_ready,
         expected_pods,
     ).start()
@@ -270,7 +280,7 @@ def run_plain_client(
     finally:
         watcher.stop()
         api.close()
-    return Run(done - started, writes, applied_seconds=applied - started)
+    return Run(done - started, writes, applied_seconds=applied - started, ready=expected_pods)
 
 
 def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
@@ -288,9 +298,9 @@ def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) ->
     return {s.metadata.name: result.placement(inventory.ServingKey(namespace, s.metadata.name)) for s in parsed}
 
 
-def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any]) -> None:
+def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> None:
     meta = obj["metadata"]
-    options = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+    options = {"field_manager": field_manager, "force": True, "_content_type": "application/apply-patch+yaml"}
     if obj["kind"] == "Service":
         client.CoreV1Api(api).patch_namespaced_service(meta["name"], meta["namespace"], dict(obj), **options)
     elif obj["kind"] == "LeaderWorkerSet":

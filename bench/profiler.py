@@ -70,7 +70,8 @@ def hottest(collapsed: str, top: int = 15, *, exclude: tuple[str, ...] = ()) -> 
             own[frames[-1]] += count
     if total == 0:
         return []
-    return [(frame, n / total, own[frame] / total) for frame, n in inclusive.most_common(top)]
+    ranked = sorted(inclusive.items(), key=lambda item: (-item[1], item[0]))[:top]  # ties by name: stable output
+    return [(frame, n / total, own[frame] / total) for frame, n in ranked]
 
 
 def _short(frame: str) -> str:

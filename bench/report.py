@@ -44,6 +44,7 @@ class Row:
     reference: float | None = None
     reference_label: str = ""
     goal: Goal | None = None
+    at_least: bool = False  # the run was cut short: the value (and the ratio) is a lower bound
 
     @property
     def ratio(self) -> float | None:
@@ -77,14 +78,18 @@ _HEAD = ("figure", "measure", "nvlfleet", "reference", "ratio", "goal", "")
 
 def _cells(row: Row) -> tuple[str, ...]:
     unit = f" {row.unit}" if row.unit else ""
-    value = number(row.value) + (unit if row.value is not None else "")
+    bound = "≥ " if row.at_least else ""
+    value = bound + number(row.value) + (unit if row.value is not None else "")
     if row.reference is None:
         reference = row.reference_label or ""
     else:
         reference = f"{number(row.reference)}{unit}" + (f" ({row.reference_label})" if row.reference_label else "")
-    ratio_text = f"{number(row.ratio)}×" if row.ratio is not None else ""
+    ratio_text = f"{bound}{number(row.ratio)}×" if row.ratio is not None else ""
     goal = row.goal.text(row.unit) if row.goal else ""
-    mark = {True: "ok", False: "MISSED", None: ""}[row.met] if row.goal else ""
+    met = row.met
+    if row.at_least and met and row.goal and row.goal.at_most:
+        met = None  # a lower bound under an upper limit proves nothing
+    mark = {True: "ok", False: "MISSED", None: ""}[met] if row.goal else ""
     return (row.figure, row.measure, value, reference, ratio_text, goal, mark)
 
 

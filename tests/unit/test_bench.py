@@ -1,0 +1,102 @@
+"""The benchmark harness's pure parts: ratios, goals, the table, the summary lines and the document."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+
+import profiler
+import report
+
+
+def row(value: float | None, reference: float | None = None, **options: object) -> report.Row:
+    return report.Row("1 convergence", "N=50: create → Ready", "s", value, reference, "plain client", **options)
+
+
+def test_a_ratio_is_the_value_over_the_reference_measured_beside_it() -> None:
+    assert row(30.0, 24.0).ratio == 1.25
+    assert report.ratio(3.0, 2.0) == 1.5
+
+
+@pytest.mark.parametrize(("value", "reference"), [(None, 2.0), (2.0, None), (2.0, 0.0), (math.nan, 1.0)])
+def test_no_ratio_without_both_numbers_or_with_a_zero_reference(value: float | None, reference: float | None) -> None:
+    assert report.ratio(value, reference) is None
+
+
+def test_a_ratio_goal_is_met_at_its_limit_and_missed_above_it() -> None:
+    goal = report.Goal(on="ratio", limit=1.25)
+    assert row(25.0, 20.0, goal=goal).met is True
+    assert row(26.0, 20.0, goal=goal).met is False
+    assert row(None, 20.0, goal=goal).met is None
+
+
+def test_a_value_goal_looks_at_the_value_alone() -> None:
+    assert row(0.0, goal=report.Goal(on="value", limit=0)).met is True
+    assert row(0.5, goal=report.Goal(on="value", limit=0)).met is False
+
+
+def test_numbers_keep_three_significant_digits_and_integers_stay_integers() -> None:
+    assert [report.number(v) for v in (1000.0, 36.6061, 1.39291, 0.244556, None)] == [
+        "1000",
+        "36.6",
+        "1.39",
+        "0.245",
+        "—",
+    ]
+
+
+def test_the_table_shows_value_reference_ratio_goal_and_verdict_in_columns() -> None:
+    text = report.table([row(30.0, 20.0, goal=report.Goal(on="ratio", limit=1.25))])
+    head, rule, line = text.splitlines()
+    assert head.split() == ["figure", "measure", "nvlfleet", "reference", "ratio", "goal"]
+    assert set(rule) == {"-", " "}
+    assert "30 s" in line and "20 s (plain client)" in line and "1.50×" in line and "≤ 1.25×" in line
+    assert line.endswith("MISSED")
+
+
+def test_a_run_cut_short_is_a_lower_bound_and_cannot_meet_an_upper_limit() -> None:
+    cut = row(600.0, 100.0, goal=report.Goal(on="ratio", limit=1.25), at_least=True)
+    line = report.table([cut]).splitlines()[2]
+    assert "≥ 600 s" in line and "≥ 6×" in line and line.endswith("MISSED")
+    under = row(100.0, 100.0, goal=report.Goal(on="ratio", limit=1.25), at_least=True)
+    assert not report.table([under]).splitlines()[2].endswith("ok")
+
+
+def test_summary_lines_are_one_name_value_pair_per_line_in_order_with_null_for_missing() -> None:
+    text = report.summary_lines({"convergence_ratio_n50": 1.2345678, "operator_rss_mib_1000": None, "split": 0.0})
+    assert text.splitlines() == ["convergence_ratio_n50: 1.235", "operator_rss_mib_1000: null", "split: 0"]
+
+
+def test_the_document_carries_command_machine_table_notes_and_summary() -> None:
+    doc = report.document(
+        [row(30.0, 20.0)],
+        {"convergence_ratio_n50": 1.5},
+        command="make bench",
+        machine={"nproc": "2"},
+        notes=["a note"],
+    )
+    assert "```\nmake bench\n```" in doc
+    assert "- nproc: 2" in doc
+    assert "| 1 convergence | N=50: create → Ready | 30 s | 20 s (plain client) | 1.50× |  |  |" in doc
+    assert "- a note" in doc
+    assert doc.rstrip().endswith("convergence_ratio_n50: 1.5\n```")
+
+
+def test_the_hottest_frames_count_a_frame_once_per_stack_and_name_it_by_module() -> None:
+    collapsed = "\n".join(
+        [
+            "main (pkg/cli.py:10);reconcile (pkg/main.py:20);parse (pkg/inventory.py:30) 3",
+            "main (pkg/cli.py:10);reconcile (pkg/main.py:21);reconcile (pkg/main.py:22) 1",
+        ]
+    )
+    hottest = profiler.hottest(collapsed, top=3)
+    assert hottest == [
+        ("main (cli.py)", 1.0, 0.0),
+        ("reconcile (main.py)", 1.0, 0.25),
+        ("parse (inventory.py)", 0.75, 0.75),
+    ]
