@@ -114,3 +114,7 @@ demo-down: ## stop the demo's operator, simulated vLLM and Prometheus (recorded 
 .PHONY: compare-placement
 compare-placement: setup cluster-up ## nvlfleet vs LWS exclusive topology vs plain pod affinity, same workload, real cluster
 	$(PY) bench/compare_placement.py $(COMPARE_ARGS)
+
+.PHONY: bench
+bench: setup ## benchmarks side by side (own local cluster in .bench/); writes docs/benchmarks.md [BENCH_ARGS="--quick"]
+	$(PY) bench/run.py $(BENCH_ARGS)
