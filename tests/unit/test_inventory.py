@@ -209,3 +209,11 @@ def test_tolerations_are_parsed_with_field_paths() -> None:
         "spec.tol[0].key: an empty key needs operator Exists",
         "spec.tol[1].operator: expected Equal or Exists, got 'Maybe'",
     ]
+
+
+def test_a_label_key_that_is_not_a_string_is_reported_with_its_path() -> None:
+    odd = fb.node("a", rack=0)
+    odd["metadata"]["labels"][7] = "x"
+    with pytest.raises(problems.InvalidSpec) as err:
+        inventory.from_objects([odd])
+    assert [str(p) for p in err.value.problems] == ["nodes[0].metadata.labels: expected string keys, got int 7"]
