@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -47,11 +49,12 @@ class OperatorProcess:
         self.pid_file = workdir / "operator.pid"
         self.log = workdir / "operator.log"
         self.metrics_port = 0
+        self.health_port = 0
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.metrics_port = free_port()
+        self.metrics_port, self.health_port = free_port(), free_port()
         command = [
             sys.executable,
             "-m",
@@ -64,7 +67,7 @@ class OperatorProcess:
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",
-            str(free_port()),
+            str(self.health_port),
             "--recheck-seconds",
             str(self.recheck_seconds),
             *[arg for ns in self.namespaces for arg in ("--namespace", ns)],
@@ -84,6 +87,16 @@ class OperatorProcess:
     @property
     def pid(self) -> int:
         return int(self.pid_file.read_text())
+
+    def healthz(self) -> int | None:
+        """The HTTP status of the process's /healthz (what a liveness probe sees), None when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return None
 
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None

@@ -130,6 +130,8 @@ def test_one_leader_reconciles_and_a_standby_takes_over_within_30_seconds(
     assert replicas.holder() == identity(first)
     assert writes(first) and not writes(second)
     assert standing_by(second)
+    # Both are alive to a liveness probe: a Deployment with two replicas keeps its standby.
+    assert (first.healthz(), second.healthz()) == (200, 200)
 
     # 1. SIGKILL the leader; a change made right after must be carried out by the standby.
     assert first.stop(kill=True) == -9
@@ -140,6 +142,7 @@ def test_one_leader_reconciles_and_a_standby_takes_over_within_30_seconds(
     wait_for(scaled_to(cluster, "ha", 3), 60, "the new leader to scale the serving")
     takeover_after_kill = time.monotonic() - killed
     assert takeover_after_kill < TAKEOVER_LIMIT_SECONDS
+    assert second.healthz() == 200  # the standby's own /healthz gave the port to kopf's
 
     # 2. SIGTERM the leader: it releases the Lease, the restarted first replica takes over without expiry.
     third = replicas.start()

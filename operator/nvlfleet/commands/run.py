@@ -24,6 +24,8 @@ import os
 import socket
 import time
 
+from aiohttp import web
+
 from nvlfleet import kube
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
@@ -104,9 +106,14 @@ async def _operate(args: argparse.Namespace) -> int:
     renewing: asyncio.Task[None] | None = None
     if args.leader_election_lease:
         api = kube.Api(kube.connect(args.kubeconfig))
-        leadership = Leadership(
-            await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
-        )
+        # A standby is alive while it waits: it answers /healthz itself until kopf's endpoint takes the port.
+        standby = await _serve_standby_health(args.bind_address, args.health_port) if args.health_port else None
+        try:
+            acquired = await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
+        finally:
+            if standby is not None:
+                await standby.cleanup()
+        leadership = Leadership(acquired)
         main.OPERATOR.fence = leadership.current  # no write once the Lease may have passed to another replica
         renewing = asyncio.create_task(
             _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, leadership, stop, lost)
@@ -136,11 +143,30 @@ class Leadership:
         return time.monotonic() - self.renewed < RENEW_DEADLINE_SECONDS
 
 
+async def _serve_standby_health(host: str, port: int) -> web.AppRunner:
+    """``/healthz`` for a replica standing by, so its liveness probe passes while another replica leads."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"standby": True})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
 async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> float:
     announced = False
     while True:
         sent = time.monotonic()
-        if await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS):
+        try:
+            acquired = await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS)
+        except kube.ApiError as err:  # the API server away for a moment: a standby keeps waiting, it does not crash
+            log.warning("could not ask for Lease %s/%s, asking again in %ss: %s", namespace, name, RENEW_SECONDS, err)
+            acquired = False
+        if acquired:
             log.info("became the leader (Lease %s/%s)", namespace, name)
             return sent
         if not announced:
