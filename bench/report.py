@@ -111,6 +111,12 @@ def markdown_table(rows: Sequence[Row]) -> str:
     return "\n".join(out)
 
 
+def summary(required: Sequence[str], measured: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The figures the issue names first, in its order, ``None`` for any this run did not measure (a figure that
+    failed, or a ``--quick`` run whose names carry its smaller sizes); then every other measured figure."""
+    return {**{name: measured.get(name) for name in required}, **measured}
+
+
 def summary_lines(summary: Mapping[str, float | None]) -> str:
     """``name: value`` per line, in the given order; a figure that could not be measured says ``null``."""
     return "\n".join(f"{name}: {_plain(value)}" for name, value in summary.items())

@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     facts["load average at end (1 min)"] = f"{machine.load_average():.2f}"
     facts["duration"] = f"{(time.monotonic() - started) / 60:.1f} min"
     rows = sorted(bench.rows, key=lambda r: r.figure[0])
-    summary = {**{k: bench.summary.get(k) for k in REQUIRED}, **bench.summary}
+    summary = report.summary(REQUIRED, bench.summary)
     (WORK / "results.json").write_text(json.dumps({"raw": bench.raw, "summary": summary}, indent=2, default=str))
     print(report.table(rows))
     if bench.notes:

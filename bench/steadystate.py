@@ -10,8 +10,8 @@ On the benchmark cluster (``benchcluster``), with a fleet of single-tray GB200 g
    manager. The LeaderWorkerSet controller, the scheduler and kwok then run the pods as usual; the benchmark
    waits until every pod is Ready.
 2. **Start** ``nvlfleet run`` (its own ServiceAccount, its requests counted, the default 60 s re-check) and wait
-   until it has reconciled every serving once and every serving reports Ready: kopf's resume pass adds its
-   finalizer and diff-base annotation, the first pass writes each status — start-up writes, not counted.
+   until it has reconciled every serving once and every serving reports Ready: kopf's resume pass writes its
+   diff-base annotation, the first pass writes each status — start-up writes, not counted.
 3. **Idle window**: nothing changes in the cluster for ``window`` seconds (at least one re-check interval).
    Measured over it: writes by the operator's identity (``apiserver_flowcontrol_dispatched_requests_total``, every
    create/update/patch/delete, kopf's included) per minute — the goal is none —, reads per minute, reconcile

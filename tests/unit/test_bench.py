@@ -100,3 +100,15 @@ def test_the_hottest_frames_count_a_frame_once_per_stack_and_name_it_by_module()
         ("reconcile (main.py)", 1.0, 0.25),
         ("parse (inventory.py)", 0.75, 0.75),
     ]
+
+
+def test_the_summary_names_every_required_figure_first_and_null_for_one_not_measured() -> None:
+    measured = {"split_groups_pod_affinity_preferred": 12, "convergence_ratio_n20": 1.1, "convergence_ratio_n50": 1.4}
+    summary = report.summary(["convergence_ratio_n50", "convergence_ratio_n200"], measured)
+    assert list(summary.items()) == [
+        ("convergence_ratio_n50", 1.4),
+        ("convergence_ratio_n200", None),
+        ("split_groups_pod_affinity_preferred", 12),
+        ("convergence_ratio_n20", 1.1),
+    ]
+    assert report.summary_lines(summary).splitlines()[1] == "convergence_ratio_n200: null"
