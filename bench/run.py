@@ -14,7 +14,7 @@ run (``NVLFLEET_BENCH_CLUSTER_DIR``, default .bench/cluster) so the shared one i
 it is stopped by its PIDs at the end (``--keep-cluster`` leaves it up). Logs, profiles and raw results go to
 .bench/. The output ends with one ``name: value`` line per figure. ``--quick`` measures smaller sizes with
 shorter windows (the sizes are in the metric names); ``--profile`` records the operator with py-spy during the
-largest convergence run and prints its hottest frames.
+largest convergence run and during the steady state's start-up, and prints their hottest frames.
 """
 
 from __future__ import annotations
@@ -233,6 +233,17 @@ class Bench:
                 )
             )
             self.rows.append(
+                report.Row(
+                    f,
+                    f"N={count}: create → every pod Ready",
+                    "s",
+                    op.pods_seconds,
+                    base.seconds,
+                    "plain SSA client",
+                    at_least=op.timed_out and op.pods_seconds == op.seconds,
+                )
+            )
+            self.rows.append(
                 report.Row(f, f"N={count}: writes to the API server", "", op.writes, base.writes, "plain SSA client")
             )
             self.summary[f"convergence_ratio_n{count}"] = _round(report.ratio(op.seconds, base.seconds), 3)
@@ -242,17 +253,17 @@ class Bench:
                     f"({op.ready} of {count}); the ratio is a lower bound"
                 )
             if prof is not None:
-                self.profile_note(count, WORK / f"profile-operator-n{count}.txt")
+                self.profile_note(f"convergence N={count}", WORK / f"profile-operator-n{count}.txt")
 
-    def profile_note(self, count: int, path: pathlib.Path) -> None:
+    def profile_note(self, during: str, path: pathlib.Path) -> None:
         frames = profiler.hottest(
             path.read_text(),
             top=25,
             exclude=("threading.py", "runners.py", "base_events.py", "runpy", "cli.py", "(run.py)", "thread.py"),
         )
         lines = [f"{inc:6.1%} {own:6.1%}  {frame}" for frame, inc, own in frames]
-        self.say(f"    py-spy, operator during N={count} (inclusive, self, frame):\n      " + "\n      ".join(lines))
-        self.raw[f"profile_n{count}"] = lines
+        self.say(f"    py-spy, operator during {during} (inclusive, self, frame):\n      " + "\n      ".join(lines))
+        self.raw[f"profile {during}"] = lines
 
     def steady(self) -> None:
         import steadystate
@@ -261,9 +272,19 @@ class Bench:
         s = self.sizes
         n = s.steady_servings
         self.say(f"    seeding {n} servings, then nvlfleet run (start-up cap {s.steady_startup_cap:.0f} s)")
+        out = WORK / f"profile-operator-startup-{n}.txt"
+        prof = (lambda pid: profiler.PySpy(pid, out)) if self.profile else None
         r = steadystate.measure(
-            cluster, f"steady-{n}", n, log_dir=self.logs, window=s.steady_window, startup_cap=s.steady_startup_cap
+            cluster,
+            f"steady-{n}",
+            n,
+            log_dir=self.logs,
+            window=s.steady_window,
+            startup_cap=s.steady_startup_cap,
+            profile=prof,
         )
+        if prof is not None:
+            self.profile_note(f"start-up with {n} servings", out)
         self.raw["steady"] = dataclasses.asdict(r)
         f = "2 steady state"
         self.rows.append(report.Row(f, f"operator RSS, {n:,} servings + pods", "MiB", r.rss_mib))
@@ -337,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter windows")
     parser.add_argument("--only", default="1,2,3,4", help="comma-separated figure numbers")
-    parser.add_argument("--profile", action="store_true", help="py-spy the operator in the largest convergence run")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the operator (largest convergence run, steady-state start-up)"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--no-doc", action="store_true", help="do not write the document")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the benchmark cluster running")

@@ -31,7 +31,7 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import benchcluster
@@ -116,7 +116,10 @@ def measure(
     log_dir: Any,
     window: float,
     startup_cap: float,
+    profile: Callable[[int], Any] | None = None,
 ) -> Result:
+    """See the module docstring. ``profile(pid)`` (a started profiler with ``stop()``) records the operator's
+    start-up only, so the idle window's CPU is the operator's alone."""
     seed_seconds = seed(cluster, namespace, count)
     identity = cluster.identity("operator")
     port = _free_port()
@@ -131,6 +134,7 @@ def measure(
         convergence.serving_ready,
         count,
     ).start()
+    profiler = profile(operator.pid) if profile is not None else None
     try:
         started = time.monotonic()
         startup: float | None = None
@@ -139,6 +143,8 @@ def measure(
                 startup = time.monotonic() - started
                 break
             time.sleep(1.0)
+        if profiler is not None:
+            profiler.stop()
         time.sleep(2.0)  # let the last status writes of start-up land before the window opens
         opened = cluster.requests()
         passes = _passes(port)
@@ -149,6 +155,8 @@ def measure(
         passes = _passes(port) - passes
         rss = proc.rss_mib(operator.pid)
     finally:
+        if profiler is not None:
+            profiler.stop()
         watcher.stop()
         operator.stop()
     minutes = usage.wall_seconds / 60
