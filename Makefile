@@ -46,18 +46,7 @@ unit: setup prometheus ## unit tests of the pure core and CLI (no cluster)
 
 .PHONY: integration
 integration: setup prometheus cluster-up ## integration tests against the local real cluster
-	$(PY) -m pytest -q -m integration tests/integration $(addprefix --deselect ,$(QUARANTINE))
-
-# Integration tests that failed in the last clean CI-style run on this 2-core machine and are not yet fixed.
-# They are kept out of `make test` so CI stays a truthful green for everything else, and run on their own with
-# `make quarantine`; each is tracked in the closing note of its issue. Remove a line once it passes again.
-QUARANTINE := \
-  tests/integration/test_crash_safety.py::test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends \
-  tests/integration/test_chart_install.py::test_the_operator_reconciles_with_only_the_charts_permissions
-
-.PHONY: quarantine
-quarantine: setup prometheus cluster-up ## the integration tests known to fail today (see QUARANTINE)
-	$(PY) -m pytest -q -m integration $(QUARANTINE)
+	$(PY) -m pytest -q -m integration tests/integration
 
 .PHONY: test
 test: lint unit integration ## everything CI runs: lint, types, unit and integration tests
