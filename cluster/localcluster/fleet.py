@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from localcluster import components, versions
+from nvlfleet import hardware
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_COUNT = "nvidia.com/gpu.count"
@@ -49,12 +50,13 @@ _UUID_NAMESPACE = uuid.UUID("5b0f3c1e-9a4d-4c61-8f59-6a1f2f6c7e01")
 
 @dataclasses.dataclass(frozen=True)
 class GpuModel:
-    """What one node of a given GPU type looks like (reference: shared/reference/gb200-gb300.md)."""
+    """What one node of a given GPU type looks like: nvlfleet's hardware facts (``nvlfleet.hardware``, the one
+    source of GPU shapes) plus what only a simulated node needs (GFD's family label, the host's CPU side)."""
 
     name: str
     product: str
     gpus_per_node: int
-    memory_mib: int
+    memory_mib: int | None  # None where the reference facts give none: the node then carries no memory label
     family: str
     compute: tuple[int, int]
     nodes_per_domain: int  # 18 for an NVL72 rack; 1 where NVLink stops at the node
@@ -67,16 +69,30 @@ class GpuModel:
         return self.nodes_per_domain > 1
 
 
-# Compute trays: 2 Grace CPUs (72 Neoverse V2 cores and 480 GB LPDDR5X each) + 4 GPUs. HGX: 2 x86 sockets.
-GPU_MODELS: dict[str, GpuModel] = {
-    m.name: m
-    for m in (
-        GpuModel("GB200", "NVIDIA-GB200", 4, 189471, "blackwell", (10, 0), 18, "arm64", 144, 960),
-        GpuModel("GB300", "NVIDIA-GB300", 4, 284208, "blackwell", (10, 3), 18, "arm64", 144, 960),
-        GpuModel("H200", "NVIDIA-H200", 8, 143771, "hopper", (9, 0), 1, "amd64", 224, 2048),
-        GpuModel("B200", "NVIDIA-B200", 8, 183359, "blackwell", (10, 0), 1, "amd64", 224, 2048),
+# The host side by CPU architecture: a compute tray has 2 Grace CPUs (72 Neoverse V2 cores and 480 GB LPDDR5X
+# each) beside its 4 GPUs; an HGX node 2 x86 sockets. GFD's family label by compute capability major.
+_HOSTS = {"arm64": (144, 960), "amd64": (224, 2048)}
+_FAMILIES = {10: "blackwell", 9: "hopper"}
+
+
+def _model(generation: hardware.Generation) -> GpuModel:
+    major, minor = (int(part) for part in generation.compute_capability.split("."))
+    cpu, memory_gib = _HOSTS[generation.arch]
+    return GpuModel(
+        name=generation.name,
+        product=generation.product,
+        gpus_per_node=generation.gpus_per_node,
+        memory_mib=generation.memory_mib,
+        family=_FAMILIES[major],
+        compute=(major, minor),
+        nodes_per_domain=generation.nodes_per_domain,
+        arch=generation.arch,
+        cpu=cpu,
+        memory_gib=memory_gib,
     )
-}
+
+
+GPU_MODELS: dict[str, GpuModel] = {name: _model(g) for name, g in hardware.generations().items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,13 +218,14 @@ def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: 
         "nvidia.com/gpu.present": "true",
         LABEL_PRODUCT: model.product,
         LABEL_COUNT: str(model.gpus_per_node),
-        LABEL_MEMORY: str(model.memory_mib),
         LABEL_FAMILY: model.family,
         LABEL_MAJOR: str(model.compute[0]),
         LABEL_MINOR: str(model.compute[1]),
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
     }
+    if model.memory_mib is not None:
+        labels[LABEL_MEMORY] = str(model.memory_mib)
     if model.multi_node_nvlink:
         labels[LABEL_CLIQUE] = clique(fleet, model.name, rack)
     pod_cidr = _pod_cidr(slot)
