@@ -496,8 +496,11 @@ class PodOverrides(_Model):
     """Pod-level settings applied to every vLLM pod."""
 
     resources: Annotated[
-        dict[str, dict[str, str]] | None,
-        pydantic.Field(description="Container requests/limits besides the GPUs (cpu, memory, ephemeral-storage)."),
+        dict[str, dict[str, str | int]] | None,
+        pydantic.Field(
+            description="Container requests/limits besides the GPUs (cpu, memory, ephemeral-storage), as Kubernetes "
+            'quantities: 8, "500m", "64Gi".'
+        ),
     ] = None
     tolerations: Annotated[
         list[dict[str, Any]],

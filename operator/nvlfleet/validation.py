@@ -520,12 +520,19 @@ def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
         if section not in ("limits", "requests"):
             out.error(f"spec.pod.resources.{section}", "only limits and requests may be set")
             continue
-        for resource in amounts:
+        for resource, amount in amounts.items():
             if resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/"):
                 out.error(
                     f"spec.pod.resources.{section}",
                     f"{resource} is nvlfleet's to request: every pod takes all GPUs of its node",
                 )
+            elif isinstance(amount, str) and not _QUANTITY.fullmatch(amount):
+                out.error(
+                    f'spec.pod.resources.{section}["{resource}"]',
+                    f"{amount!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)",
+                )
+            elif str(amount).startswith("-"):
+                out.error(f'spec.pod.resources.{section}["{resource}"]', f"{amount} is negative")
     # Kubernetes refuses these only when LeaderWorkerSet makes the pods, which then never appear: say so now.
     for field, mapping, values_are_labels in (
         ("labels", pod.labels, True),
@@ -558,6 +565,8 @@ def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
             )
 
 
+# resource.Quantity's syntax: a signed decimal, then a decimal exponent, an SI suffix or a binary suffix.
+_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -391,6 +391,17 @@ def test_single_node_gpus_are_pinned_by_hostname_without_a_compute_domain() -> N
     assert container(leader)["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
+def test_the_users_requests_and_limits_sit_beside_the_gpus_as_written() -> None:
+    pod = {"resources": {"requests": {"cpu": 64, "memory": "512Gi"}, "limits": {"memory": "600Gi"}}}
+    manifests = rendered({"decode": {"h200-07": 1}}, gpu="H200", family="deepseek-v3", nodes=1, pod=pod)
+
+    leader, _ = templates(manifests[0])
+    assert container(leader)["resources"] == {
+        "limits": {"nvidia.com/gpu": "8", "memory": "600Gi"},
+        "requests": {"cpu": 64, "memory": "512Gi"},
+    }
+
+
 def test_service_selects_the_leaders_of_one_role() -> None:
     *_, svc = rendered({"decode": {sb.CLIQUE_A: 1}})
 

@@ -105,6 +105,10 @@ def test_the_base_serving_is_valid_without_warnings() -> None:
             {"kernels": {"eplb": {"enabled": True, "numRedundantExperts": 16}}}, id="(384 + 16) divides by EP8"
         ),
         pytest.param({"roles": {"decode": {"parallelism": {"data": DELETE, "nodesPerGroup": 18}}}}, id="whole rack"),
+        pytest.param(
+            {"pod": {"resources": {"requests": {"cpu": 64, "memory": "512Gi"}, "limits": {"cpu": "120500m"}}}},
+            id="quantities as integers and strings",
+        ),
     ],
 )
 def test_valid_servings(changes: dict[str, Any]) -> None:
@@ -684,6 +688,18 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         {"pod": {"resources": {"limits": {"nvidia.com/gpu": "2"}}}},
         "spec.pod.resources.limits",
         "nvidia.com/gpu is nvlfleet's to request",
+    ),
+    (
+        "not a quantity",
+        {"pod": {"resources": {"requests": {"memory": "64 GiB"}}}},
+        'spec.pod.resources.requests["memory"]',
+        "'64 GiB' is not a Kubernetes quantity",
+    ),
+    (
+        "negative quantity",
+        {"pod": {"resources": {"limits": {"cpu": -4}}}},
+        'spec.pod.resources.limits["cpu"]',
+        "-4 is negative",
     ),
     (
         "resource claims",
