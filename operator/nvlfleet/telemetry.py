@@ -40,7 +40,7 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 
 import aiohttp
 import prometheus_client
@@ -419,8 +419,15 @@ async def start_exporter(metrics: OperatorMetrics, *, host: str, port: int) -> w
         body = prometheus_client.generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
+    return await serve_route(host, port, "/metrics", handle)
+
+
+async def serve_route(
+    host: str, port: int, path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.AppRunner:
+    """A one-route HTTP server on the running event loop; ``await runner.cleanup()`` stops it."""
     app = web.Application()
-    app.router.add_get("/metrics", handle)
+    app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -26,7 +26,7 @@ import time
 
 from aiohttp import web
 
-from nvlfleet import kube
+from nvlfleet import kube, telemetry
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
 RENEW_SECONDS = 5  # how often the leader renews
@@ -149,12 +149,7 @@ async def _serve_standby_health(host: str, port: int) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"standby": True})
 
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    return await telemetry.serve_route(host, port, "/healthz", healthz)
 
 
 async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> float:
