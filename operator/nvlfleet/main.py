@@ -14,11 +14,13 @@ Choices worth knowing:
   a serving could then not be deleted, nor its namespace, while no operator runs) writes nothing when nothing
   changed (the reconciler compares rendered children with the observed ones, and the status with the observed
   status). kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
-* **Nodes and GPU pods are watched through kopf indexes** (informer caches that kopf fills before any handler
-  runs). Their changes nudge the servings they affect — a rack that frees capacity re-plans servings waiting for
-  it, a lost node re-plans the servings placed in its rack — through a small debounced queue, so a burst of pod
-  updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces'
-  servings are reconciled: free capacity in a rack is a cluster fact.
+* **Nodes, GPU pods and nvlfleet's LeaderWorkerSets are watched through kopf indexes** (informer caches that kopf
+  fills before any handler runs). A pass reads other servings' LeaderWorkerSets from the cache, and from the API
+  server only when it places groups (``reconciler.Decision.places_groups``), where the cache could be a moment
+  behind a pass that just ran. Their changes nudge the servings they affect — a rack that frees capacity
+  re-plans servings waiting for it, a lost node re-plans the servings placed in its rack — through a small
+  debounced queue, so a burst of pod updates costs one pass per serving. Nodes and GPU pods are watched
+  cluster-wide even when only some namespaces' servings are reconciled: free capacity in a rack is a cluster fact.
 * **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
   starts kopf only once it holds the Lease, and a leader that cannot renew stops — writing nothing once its last
   renewal is older than the renew deadline (``Operator.fence``) — so two replicas never both reconcile. kopf's own
@@ -174,9 +176,15 @@ class Operator:
                 if serving is None:
                     self.forget(key)
                     return None
-                snap = await asyncio.to_thread(self._observe, api, serving)
+                snap = await asyncio.to_thread(self._observe, api, serving, False)
                 with self.metrics.planning():
                     decision = reconciler.reconcile(snap)
+                if decision.places_groups:
+                    # Where new groups go depends on every other serving's groups: decide again from the API
+                    # server's own list, not the watch cache, so passes back to back never count a tray twice.
+                    snap = await asyncio.to_thread(self._observe, api, serving, True)
+                    with self.metrics.planning():
+                        decision = reconciler.reconcile(snap)
                 if decision.creates:
                     foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
                     if foreign:
@@ -195,27 +203,27 @@ class Operator:
             self.nudges.add(key, decision.requeue_after)
         return decision
 
-    def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
+    def _observe(self, api: kube.Api, serving: Mapping[str, Any], fresh: bool) -> reconciler.Snapshot:
+        """What one pass looks at. Other servings' LeaderWorkerSets come from the watch cache (``fleet_lws``), or
+        with ``fresh`` from the API server: listing them all on every pass made each pass grow with the fleet,
+        and only a pass that places groups needs them exact (``reconciler.Decision.places_groups``)."""
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
-        fleet = (
-            api.list_objects(kube.LEADER_WORKER_SET, None, {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY})
-            if kube.LEADER_WORKER_SET.kind in served
-            else []
-        )
+        fleet: list[dict[str, Any]] = []
+        if kube.LEADER_WORKER_SET.kind in served:
+            fleet = (
+                api.list_objects(kube.LEADER_WORKER_SET, None, {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY})
+                if fresh
+                else list(_store(self.indices, "fleet_lws"))
+            )
         selector = {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY, reconciler.SERVING_LABEL: name}
-        children = [
-            lws
-            for lws in fleet
-            if lws["metadata"].get("namespace") == namespace
-            and (lws["metadata"].get("labels") or {}).get(reconciler.SERVING_LABEL) == name
-        ]
+        children: list[dict[str, Any]] = []
         # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
         # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
         labelable = len(name) <= LABEL_VALUE_MAX
         for kind in kube.CHILD_KINDS:
-            if kind is not kube.LEADER_WORKER_SET and kind.kind in served and labelable:
+            if kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
         return reconciler.Snapshot(
             serving=serving,
@@ -432,7 +440,7 @@ class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op = OPERATOR
-    op.indices = {name: kwargs[name] for name in ("fleet_nodes", "gpu_pods") if name in kwargs}
+    op.indices = {name: kwargs[name] for name in ("fleet_nodes", "gpu_pods", "fleet_lws") if name in kwargs}
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
     settings.persistence.diffbase_storage = _WatchedDiffBaseStorage(
         prefix="nvlfleet.io", key="last-handled-configuration"
@@ -595,6 +603,13 @@ def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, **_: Any) -
         OPERATOR.capacity_freed()
 
 
+@kopf.index(
+    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
+)
+def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
+    return {None: _trim_lws(body)}
+
+
 @kopf.on.event(
     "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
 )
@@ -621,6 +636,35 @@ def _trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
                 for c in status.get("conditions") or []
                 if c.get("type") == "Ready"
             ],
+        },
+    }
+
+
+def _trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the planner reads of another serving's LeaderWorkerSet: whose it is, where it is pinned (the
+    domain annotation, else its pods' node affinity or selector), how many groups of how many nodes."""
+    meta, spec = body.get("metadata", {}), body.get("spec", {})
+    lwt = spec.get("leaderWorkerTemplate") or {}
+
+    def placement_of(template: Mapping[str, Any] | None) -> dict[str, Any]:
+        pod = (template or {}).get("spec") or {}
+        return {"spec": {k: pod[k] for k in ("affinity", "nodeSelector") if k in pod}}
+
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+        },
+        "spec": {
+            "replicas": spec.get("replicas", 1),
+            "leaderWorkerTemplate": {
+                "size": lwt.get("size", 1),
+                **{k: placement_of(lwt.get(k)) for k in ("leaderTemplate", "workerTemplate") if k in lwt},
+            },
         },
     }
 

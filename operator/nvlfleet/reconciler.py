@@ -101,8 +101,9 @@ class Snapshot:
 
     ``children``: objects labelled as this serving's children, of every child kind. ``pods``: pods requesting
     GPUs anywhere in the cluster (bound or not), which include this serving's own pods. ``fleet``: the
-    LeaderWorkerSets of every nvlfleet serving. ``served``: the child kinds whose API is installed.
-    ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
+    LeaderWorkerSets of every nvlfleet serving (whole, or trimmed to metadata, replicas, size and pod
+    placement). ``served``: the child kinds whose API is installed. ``foreign``: objects found under a name this
+    serving wants that nvlfleet did not create for it.
     """
 
     serving: Mapping[str, Any]
@@ -141,6 +142,9 @@ class Decision:
     free_nodes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # per domain, once the plan runs
     requeue_after: float | None = None
     creates: tuple[tuple[str, str], ...] = ()  # (kind, name) of applied objects that do not exist yet
+    # Groups placed where this serving runs none yet, or groups left unplaced: a choice made against every other
+    # serving's groups, so the adapter makes it from a fresh read of them (``Snapshot.fleet``), not a cache.
+    places_groups: bool = False
 
     @property
     def writes(self) -> bool:
@@ -177,7 +181,8 @@ def reconcile(snap: Snapshot) -> Decision:
     try:
         inv = _inventory(snap, domain_label)
         demands = planner.demands(serving)
-        held = [*_placements_of(key, serving, own_sets, domain_label), *_others(key, snap.fleet, domain_label)]
+        own_held = _placements_of(key, serving, own_sets, domain_label)
+        held = [*own_held, *_others(key, snap.fleet, domain_label)]
         plan = planner.plan(inv, demands, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
@@ -205,6 +210,7 @@ def reconcile(snap: Snapshot) -> Decision:
         free_nodes={d.key: d.free_after for d in plan.domains},
         requeue_after=REQUEUE_SECONDS if changes.waiting else None,
         creates=tuple(changes.creates),
+        places_groups=plan.unplaced > 0 or _grows(own_held, placement),
     )
 
 
@@ -306,6 +312,12 @@ def _placements_of(
         )
         for role, per in sorted(groups.items())
     ]
+
+
+def _grows(held: Iterable[planner.Placement], placement: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether ``placement`` has more groups in some role and domain than this serving holds there now."""
+    now = {(p.role, domain): groups for p in held for domain, groups in p.groups.items()}
+    return any(groups > now.get((role, domain), 0) for role, per in placement.items() for domain, groups in per.items())
 
 
 def _others(key: inventory.ServingKey, fleet: Iterable[Mapping[str, Any]], label: str) -> list[planner.Placement]:

@@ -276,6 +276,29 @@ def test_scaling_up_adds_replicas_in_the_same_rack_without_moving_running_groups
     assert cluster.serving["status"]["observedGeneration"] == 2
 
 
+def test_only_a_pass_that_places_new_groups_or_cannot_place_some_asks_for_a_fresh_view_of_the_fleet() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    assert cluster.converge().places_groups  # a new serving: its groups go where none ran
+
+    cluster.run_groups()
+    assert not cluster.converge().places_groups  # the same groups, now running and ready
+    assert not cluster.reconcile().places_groups  # a re-check
+
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 1
+    cluster.serving["metadata"]["generation"] = 2
+    assert not cluster.converge().places_groups  # scaling down only removes
+
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 3
+    cluster.serving["metadata"]["generation"] = 3
+    assert cluster.converge().places_groups  # scaling up places a group
+
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 20  # 40 nodes: more than two racks hold
+    cluster.serving["metadata"]["generation"] = 4
+    decision = cluster.converge()
+    assert decision.unplaced and decision.places_groups
+    assert cluster.reconcile().unplaced and cluster.reconcile().places_groups  # still short: asked every pass
+
+
 def test_groups_that_spill_into_a_second_rack_get_their_own_leader_worker_set_and_scale_down_prunes_it() -> None:
     cluster = Cluster(serving(groups=8, nodes=2), two_racks())  # 16 nodes in rack 0, then 2 more
     cluster.converge()
