@@ -7,7 +7,9 @@ periodic re-check, a Node or GPU pod or LeaderWorkerSet that changed — ends in
 
 Choices worth knowing:
 
-* **One reconcile at a time.** A process-wide asyncio lock is held from reading the fleet to the last write, so
+* **Passes side by side, placement one at a time.** Passes of one serving run one after the other; passes of
+  different servings run side by side (a few at once: they mostly wait on the API server). A pass whose decision
+  places new groups (``reconciler.Decision.places_groups``) takes the fleet lock and decides again under it, so
   two servings planned back to back see each other's LeaderWorkerSets and never over-commit a rack.
 * **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (a task that nudges
   every serving this process knows — not a kopf timer: kopf puts a finalizer on every object a timer runs for, and
@@ -15,12 +17,14 @@ Choices worth knowing:
   changed (the reconciler compares rendered children with the observed ones, and the status with the observed
   status). kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
 * **Nodes, GPU pods and nvlfleet's LeaderWorkerSets are watched through kopf indexes** (informer caches that kopf
-  fills before any handler runs). A pass reads other servings' LeaderWorkerSets from the cache, and from the API
-  server only when it places groups (``reconciler.Decision.places_groups``), where the cache could be a moment
-  behind a pass that just ran. Their changes nudge the servings they affect — a rack that frees capacity
-  re-plans servings waiting for it, a lost node re-plans the servings placed in its rack — through a small
-  debounced queue, so a burst of pod updates costs one pass per serving. Nodes and GPU pods are watched
-  cluster-wide even when only some namespaces' servings are reconciled: free capacity in a rack is a cluster fact.
+  fills before any handler runs); a pass lists only its own serving's children from the API server. Other
+  servings' LeaderWorkerSets come from the index merged with this process's own applies that the watch has not
+  delivered yet (``Written``), so two servings placed back to back never count a tray twice, without listing
+  the whole fleet on every pass. Nodes are parsed once per watch event, not once per pass. Watch events nudge
+  the servings they affect — a rack that frees capacity re-plans servings waiting for it, a lost node re-plans
+  the servings placed in its rack — through a small debounced queue, so a burst of pod updates costs one pass
+  per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces' servings are
+  reconciled: free capacity in a rack is a cluster fact.
 * **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
   starts kopf only once it holds the Lease, and a leader that cannot renew stops — writing nothing once its last
   renewal is older than the renew deadline (``Operator.fence``) — so two replicas never both reconcile. kopf's own
@@ -46,12 +50,15 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import pathlib
 import subprocess
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -82,6 +89,9 @@ class Config:
     webhook_cert_dir: str | None = None  # tls.crt/tls.key (+ ca.crt) from the chart; None: self-signed + managed
     scrape_seconds: float = 15.0
     status_metrics_seconds: float = 60.0
+    # Passes of different servings in flight at once: they mostly wait on the API server, so a few side by side
+    # keep it busy; those that place groups still go one at a time.
+    passes_at_once: int = 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Config:
@@ -99,6 +109,7 @@ class Config:
             webhook_cert_dir=env.get("NVLFLEET_WEBHOOK_CERT_DIR") or None,
             scrape_seconds=num("SCRAPE_SECONDS", cls.scrape_seconds),
             status_metrics_seconds=num("STATUS_METRICS_SECONDS", cls.status_metrics_seconds),
+            passes_at_once=max(1, int(num("PASSES_AT_ONCE", cls.passes_at_once))),
         )
 
 
@@ -139,14 +150,87 @@ class Nudges:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
 
 
+class Written:
+    """LeaderWorkerSets this process applied that its watch has not delivered yet: read-your-writes over the
+    ``fleet_lws`` index.
+
+    Where a pass puts new groups depends on every other serving's groups. The index lags the API server by a
+    watch round trip, and two servings are often placed back to back; without this, the second could count the
+    first one's trays as free. An entry lasts until the index holds the same object at the same or a later
+    resourceVersion (the API server issues them as increasing etcd revisions; when one is not an integer, only
+    the same version counts), or until the watch reports it deleted.
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple[str, str], dict[str, Any]] = {}
+        # Passes note and merge in worker threads while watch events arrive on the event loop.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def note(self, applied: dict[str, Any]) -> None:
+        """What the API server answered to an apply (trimmed like the index's entries)."""
+        with self._lock:
+            self._sets[_ident(applied)] = applied
+
+    def seen(self, watched: Mapping[str, Any], deleted: bool = False) -> None:
+        """The watch delivered ``watched``: forget the write it makes redundant. A deletion counts only for the
+        object written (same uid): an old object's deletion can arrive after a new one of that name was applied."""
+        key = _ident(watched)
+        with self._lock:
+            mine = self._sets.get(key)
+            if mine is None:
+                return
+            same = (watched.get("metadata") or {}).get("uid") == (mine.get("metadata") or {}).get("uid")
+            if _caught_up(watched, mine) or (deleted and same):
+                del self._sets[key]
+
+    def merged(self, indexed: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The index's LeaderWorkerSets, each replaced by this process's newer write where the index lags."""
+        fleet: list[Mapping[str, Any]] = []
+        listed = set()
+        with self._lock:
+            for obj in list(indexed):
+                key = _ident(obj)
+                listed.add(key)
+                mine = self._sets.get(key)
+                if mine is not None and _caught_up(obj, mine):
+                    del self._sets[key]
+                    mine = None
+                fleet.append(obj if mine is None else mine)
+            fleet += [obj for key, obj in self._sets.items() if key not in listed]
+        return fleet
+
+
+def _ident(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _caught_up(watched: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether ``watched`` is the object ``written`` describes, or a later state of it."""
+    seen = (watched.get("metadata") or {}).get("resourceVersion")
+    mine = (written.get("metadata") or {}).get("resourceVersion")
+    if isinstance(seen, str) and isinstance(mine, str) and seen.isdigit() and mine.isdigit():
+        return int(seen) >= int(mine)
+    return seen == mine
+
+
 class Operator:
     """Process-wide state: the API connection, the lock, what each serving last decided, telemetry."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.api: kube.Api | None = None
-        self.lock = asyncio.Lock()
+        self.fleet_lock = asyncio.Lock()  # held by passes that place groups, see ``reconcile``
+        self.passes = asyncio.Semaphore(config.passes_at_once)
+        # Weak: a serving's lock lives while a pass holds or awaits it, so deleted servings leave nothing behind.
+        self._serving_locks: weakref.WeakValueDictionary[inventory.ServingKey, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self.known: dict[inventory.ServingKey, _Known] = {}
+        self.written = Written()
         self.nudges = Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = telemetry.OperatorMetrics()
@@ -168,55 +252,89 @@ class Operator:
     # -- the pass ---------------------------------------------------------------------------------------------
 
     async def reconcile(self, key: inventory.ServingKey) -> reconciler.Decision | None:
-        """One full pass for one serving, under the process-wide lock. Raises kube.ApiError on API failures."""
+        """One full pass for one serving. Raises kube.ApiError on API failures.
+
+        Passes of one serving run one after the other; passes of different servings run side by side (up to
+        ``Config.passes_at_once``), except that a pass that places groups holds the fleet lock: where new groups
+        go depends on every other serving's groups, so it decides again once it holds the lock, from caches that
+        include every group placed before it (``Written``)."""
         api = self._api()
-        async with self.lock:
+        async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
                 serving = await asyncio.to_thread(api.get, kube.DEEPSEEK_SERVING, key.namespace, key.name)
                 if serving is None:
                     self.forget(key)
                     return None
-                snap = await asyncio.to_thread(self._observe, api, serving, False)
+                snap = await asyncio.to_thread(self._observe, api, serving)
                 with self.metrics.planning():
                     decision = reconciler.reconcile(snap)
                 if decision.places_groups:
-                    # Where new groups go depends on every other serving's groups: decide again from the API
-                    # server's own list, not the watch cache, so passes back to back never count a tray twice.
-                    snap = await asyncio.to_thread(self._observe, api, serving, True)
-                    with self.metrics.planning():
-                        decision = reconciler.reconcile(snap)
-                if decision.creates:
-                    foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
-                    if foreign:
-                        decision = reconciler.reconcile(dataclasses.replace(snap, foreign=foreign))
-                if decision.writes and not self.may_write():
-                    log.warning("not writing for %s: this replica may no longer hold the Lease", key)
+                    async with self.fleet_lock:
+                        snap = self._recached(snap)
+                        with self.metrics.planning():
+                            decision = reconciler.reconcile(snap)
+                        settled = await self._settle(api, key, serving, snap, decision)
+                else:
+                    settled = await self._settle(api, key, serving, snap, decision)
+                if settled is None:
                     return None
-                try:
-                    await asyncio.to_thread(self._carry_out, api, serving, decision)
-                except kube.ApiError as err:
-                    await asyncio.to_thread(self._report_failure, api, key, serving, err)
-                    raise
+                decision = settled
         self.failures.pop(key, None)
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
         return decision
 
-    def _observe(self, api: kube.Api, serving: Mapping[str, Any], fresh: bool) -> reconciler.Snapshot:
-        """What one pass looks at. Other servings' LeaderWorkerSets come from the watch cache (``fleet_lws``), or
-        with ``fresh`` from the API server: listing them all on every pass made each pass grow with the fleet,
-        and only a pass that places groups needs them exact (``reconciler.Decision.places_groups``)."""
+    async def _settle(
+        self,
+        api: kube.Api,
+        key: inventory.ServingKey,
+        serving: Mapping[str, Any],
+        snap: reconciler.Snapshot,
+        decision: reconciler.Decision,
+    ) -> reconciler.Decision | None:
+        """Check names the decision would create, then carry it out; None when this replica may not write."""
+        if decision.creates:
+            foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
+            if foreign:
+                decision = reconciler.reconcile(dataclasses.replace(snap, foreign=foreign))
+        if decision.writes and not self.may_write():
+            log.warning("not writing for %s: this replica may no longer hold the Lease", key)
+            return None
+        try:
+            await asyncio.to_thread(self._carry_out, api, serving, decision)
+        except kube.ApiError as err:
+            await asyncio.to_thread(self._report_failure, api, key, serving, err)
+            raise
+        return decision
+
+    def _serving_lock(self, key: inventory.ServingKey) -> asyncio.Lock:
+        lock = self._serving_locks.get(key)
+        if lock is None:
+            lock = self._serving_locks[key] = asyncio.Lock()
+        return lock
+
+    def _recached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
+        """The snapshot with nodes, GPU pods and the fleet read again from the caches (the serving's own
+        children stay as listed: only its own passes write them, and they run one at a time)."""
+        return dataclasses.replace(snap, **self._cached(snap.served))
+
+    def _cached(self, served: frozenset[str]) -> dict[str, Any]:
+        """The snapshot's fields read from the watch caches."""
+        lws = kube.LEADER_WORKER_SET.kind in served
+        return {
+            "nodes": list(_store(self.indices, "fleet_nodes")),
+            "pods": list(_store(self.indices, "gpu_pods")),
+            "fleet": self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
+        }
+
+    def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
+        """What one pass looks at: the serving's children from the API server; nodes, GPU pods and other
+        servings' LeaderWorkerSets from the watch caches, the last with this process's own writes the watch has
+        not delivered yet (``Written``) — so a pass never plans against a rack as it was before the previous one."""
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
-        fleet: list[dict[str, Any]] = []
-        if kube.LEADER_WORKER_SET.kind in served:
-            fleet = (
-                api.list_objects(kube.LEADER_WORKER_SET, None, {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY})
-                if fresh
-                else list(_store(self.indices, "fleet_lws"))
-            )
         selector = {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY, reconciler.SERVING_LABEL: name}
         children: list[dict[str, Any]] = []
         # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
@@ -229,10 +347,8 @@ class Operator:
             serving=serving,
             now=datetime.datetime.now(datetime.UTC),
             children=children,
-            nodes=list(_store(self.indices, "fleet_nodes")),
-            pods=list(_store(self.indices, "gpu_pods")),
-            fleet=fleet,
             served=served,
+            **self._cached(served),
         )
 
     def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
@@ -263,7 +379,9 @@ class Operator:
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         for obj in decision.apply:
-            api.apply(obj)
+            applied = api.apply(obj)
+            if obj["kind"] == kube.LEADER_WORKER_SET.kind:
+                self.written.note(_trim_lws(applied))
             log.info("applied %s", kube.describe(obj))
         for old in decision.delete:
             if api.delete_child(old, name, meta.get("uid", "")):
@@ -382,10 +500,10 @@ class Operator:
             log.warning("telemetry for %s disabled: %s", key, err)
 
     def _node_labels(self, name: object) -> Mapping[str, str]:
+        node: inventory.Node
         for node in _store(self.indices, "fleet_nodes"):
-            if node["metadata"]["name"] == name:
-                labels: Mapping[str, str] = node["metadata"].get("labels") or {}
-                return labels
+            if node.name == name:
+                return node.labels
         return {}
 
     async def recheck_all(self) -> None:
@@ -508,18 +626,33 @@ async def _every(seconds: float, job: Any) -> None:
 
 
 async def _work_nudges(op: Operator) -> None:
+    """Start a pass for every serving that falls due; ``Operator.reconcile`` bounds how many run at once. A
+    serving nudged while its pass is still queued or running is due again after it, once, however many nudges."""
+    in_flight: dict[inventory.ServingKey, asyncio.Task[None]] = {}  # also keeps the tasks referenced
     while True:
         for key in await op.nudges.next_batch():
             if not op.watched(key.namespace):
                 continue
-            try:
-                await op.reconcile(key)
-            except kube.ApiError as err:
-                log.warning("reconcile of %s failed, retrying in %.0fs: %s", key, op.config.retry_seconds, err)
-                op.nudges.add(key, op.config.retry_seconds)
-            except Exception:
-                log.exception("reconcile of %s failed, retrying in %.0fs", key, op.config.retry_seconds)
-                op.nudges.add(key, op.config.retry_seconds)
+            if key in in_flight:
+                op.nudges.add(key)
+                continue
+            task = in_flight[key] = asyncio.create_task(_nudged(op, key), name=f"pass {key}")
+            task.add_done_callback(functools.partial(_landed, in_flight, key))
+
+
+def _landed(in_flight: dict[inventory.ServingKey, asyncio.Task[None]], key: inventory.ServingKey, _: Any) -> None:
+    in_flight.pop(key, None)
+
+
+async def _nudged(op: Operator, key: inventory.ServingKey) -> None:
+    try:
+        await op.reconcile(key)
+    except kube.ApiError as err:
+        log.warning("reconcile of %s failed, retrying in %.0fs: %s", key, op.config.retry_seconds, err)
+        op.nudges.add(key, op.config.retry_seconds)
+    except Exception:
+        log.exception("reconcile of %s failed, retrying in %.0fs", key, op.config.retry_seconds)
+        op.nudges.add(key, op.config.retry_seconds)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -580,8 +713,16 @@ def _requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
 
 
 @kopf.index("nodes")
-def fleet_nodes(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
-    return {None: _trim_node(body)}
+def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.Node]:
+    """Each node parsed once, when its watch event arrives: parsing a thousand nodes on every pass was a quarter
+    of the operator's CPU. A node the API server should never return (a malformed field) is left out, as the
+    reconciler would leave it out."""
+    found: list[problems.Problem] = []
+    node = inventory.parse_node(_trim_node(body), f"nodes[{name}]", found)
+    if node is None:
+        log.debug("node %s left out of the inventory: %s", name, problems.summary(found))
+        return {}
+    return {None: node}
 
 
 @kopf.index("pods", when=_requests_gpus)
@@ -613,7 +754,8 @@ def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
 @kopf.on.event(
     "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
 )
-def lws_event(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:
+def lws_event(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, **_: Any) -> None:
+    OPERATOR.written.seen(body, deleted=type == "DELETED")
     serving = labels.get(reconciler.SERVING_LABEL)
     if serving and namespace and OPERATOR.watched(namespace):
         OPERATOR.nudges.add(inventory.ServingKey(namespace, serving))
@@ -656,6 +798,8 @@ def _trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
             "labels": dict(meta.get("labels") or {}),
             "annotations": dict(meta.get("annotations") or {}),
         },
@@ -729,11 +873,11 @@ def _trim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _store(indices: Mapping[str, Any], name: str) -> Iterable[dict[str, Any]]:
+def _store(indices: Mapping[str, Any], name: str) -> Iterable[Any]:
     index = indices.get(name)
     if index is None or None not in index:
         return ()
-    store: Iterable[dict[str, Any]] = index[None]
+    store: Iterable[Any] = index[None]
     return store
 
 

@@ -99,17 +99,18 @@ Status = Literal["True", "False", "Unknown"]
 class Snapshot:
     """Everything one reconcile pass looks at, as the API server returned it (plain dicts).
 
-    ``children``: objects labelled as this serving's children, of every child kind. ``pods``: pods requesting
-    GPUs anywhere in the cluster (bound or not), which include this serving's own pods. ``fleet``: the
-    LeaderWorkerSets of every nvlfleet serving (whole, or trimmed to metadata, replicas, size and pod
-    placement). ``served``: the child kinds whose API is installed. ``foreign``: objects found under a name this
-    serving wants that nvlfleet did not create for it.
+    ``children``: objects labelled as this serving's children, of every child kind. ``nodes``: Node objects, or
+    nodes the adapter already parsed (``inventory.parse_node``, once per watch event rather than every pass).
+    ``pods``: pods requesting GPUs anywhere in the cluster (bound or not), which include this serving's own
+    pods. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole, or trimmed to metadata, replicas,
+    size and pod placement). ``served``: the child kinds whose API is installed. ``foreign``: objects found
+    under a name this serving wants that nvlfleet did not create for it.
     """
 
     serving: Mapping[str, Any]
     now: datetime.datetime
     children: Sequence[Mapping[str, Any]] = ()
-    nodes: Sequence[Mapping[str, Any]] = ()
+    nodes: Sequence[Mapping[str, Any] | inventory.Node] = ()
     pods: Sequence[Mapping[str, Any]] = ()
     fleet: Sequence[Mapping[str, Any]] = ()
     served: frozenset[str] = frozenset({LWS_KIND, COMPUTE_DOMAIN_KIND, "PodMonitor"})
@@ -243,7 +244,11 @@ def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:
 def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
     """Nodes and GPU pods as the planner sees them; an object the API server should never return is skipped."""
     ignored: list[problems.Problem] = []
-    nodes = [n for i, o in enumerate(snap.nodes) if (n := inventory.parse_node(o, f"nodes[{i}]", ignored))]
+    nodes = [
+        n
+        for i, o in enumerate(snap.nodes)
+        if (n := o if isinstance(o, inventory.Node) else inventory.parse_node(o, f"nodes[{i}]", ignored))
+    ]
     pods = [p for i, o in enumerate(snap.pods) if (p := inventory.parse_pod(o, f"pods[{i}]", ignored))]
     return inventory.build(nodes, pods, domain_label)
 

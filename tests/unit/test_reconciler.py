@@ -276,6 +276,19 @@ def test_scaling_up_adds_replicas_in_the_same_rack_without_moving_running_groups
     assert cluster.serving["status"]["observedGeneration"] == 2
 
 
+def test_nodes_the_adapter_parsed_once_decide_exactly_as_the_node_objects_do() -> None:
+    cluster = Cluster(serving(groups=3, nodes=2), two_racks())
+    cluster.nodes[0]["spec"]["unschedulable"] = True  # placement depends on what the nodes say
+    raw = cluster.snapshot()
+    parsed = dataclasses.replace(raw, nodes=[inventory.parse_node(n, "node", []) for n in raw.nodes])
+
+    decision = reconciler.reconcile(parsed)
+
+    assert all(isinstance(n, inventory.Node) for n in parsed.nodes)
+    assert decision.apply and decision.placement
+    assert decision == reconciler.reconcile(raw)
+
+
 def test_only_a_pass_that_places_new_groups_or_cannot_place_some_asks_for_a_fresh_view_of_the_fleet() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     assert cluster.converge().places_groups  # a new serving: its groups go where none ran

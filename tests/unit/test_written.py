@@ -1,0 +1,100 @@
+"""Read-your-writes over the LeaderWorkerSet index (``main.Written``): a group this process placed a moment ago
+holds its trays for the next pass even before the watch delivers it, and stops overriding the index as soon as
+the index has caught up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nvlfleet import main
+
+
+def lws(name: str, replicas: int, version: str, uid: str = "uid-1", namespace: str = "team") -> dict[str, Any]:
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": version},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 2}},
+    }
+
+
+def replicas(fleet: list[dict[str, Any]]) -> dict[str, int]:
+    return {o["metadata"]["name"]: o["spec"]["replicas"] for o in fleet}
+
+
+def test_a_write_the_watch_has_not_delivered_counts_over_the_older_cached_object() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120"))
+
+    fleet = written.merged([lws("a-decode", 1, "100"), lws("b-decode", 2, "90")])
+
+    assert replicas(fleet) == {"a-decode": 3, "b-decode": 2}
+    assert len(written) == 1
+
+
+def test_a_new_object_the_index_does_not_hold_yet_is_added() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120"))
+
+    assert replicas(written.merged([lws("b-decode", 2, "90")])) == {"b-decode": 2, "a-decode": 3}
+
+
+def test_once_the_index_holds_the_write_or_a_later_state_the_index_wins_and_the_write_is_forgotten() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120"))
+
+    assert replicas(written.merged([lws("a-decode", 3, "120")])) == {"a-decode": 3}
+    assert len(written) == 0
+
+    written.note(lws("a-decode", 4, "130"))
+    assert replicas(written.merged([lws("a-decode", 2, "150")])) == {"a-decode": 2}  # someone scaled it since
+    assert len(written) == 0
+
+
+def test_resource_versions_compare_as_numbers_not_strings() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "1000"))
+
+    assert replicas(written.merged([lws("a-decode", 1, "999")])) == {"a-decode": 3}
+
+
+def test_a_watch_event_at_or_after_the_write_forgets_it() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120"))
+
+    written.seen(lws("a-decode", 1, "110"))
+    assert len(written) == 1
+    written.seen(lws("a-decode", 3, "121"))
+    assert len(written) == 0
+
+
+def test_the_deletion_of_an_older_object_of_the_same_name_keeps_the_new_write() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120", uid="new"))
+
+    written.seen(lws("a-decode", 1, "115", uid="old"), deleted=True)
+
+    assert len(written) == 1
+    assert replicas(written.merged([])) == {"a-decode": 3}
+
+
+def test_versions_that_are_not_numbers_count_only_when_equal() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "v2"))
+
+    assert replicas(written.merged([lws("a-decode", 1, "v1")])) == {"a-decode": 3}
+    written.seen(lws("a-decode", 3, "v2"))
+    assert len(written) == 0
+
+    written.note(lws("a-decode", 3, "v3", uid="same"))
+    written.seen(lws("a-decode", 3, "v4", uid="same"), deleted=True)
+    assert len(written) == 0
+
+
+def test_the_same_name_in_another_namespace_is_another_object() -> None:
+    written = main.Written()
+    written.note(lws("a-decode", 3, "120", namespace="one"))
+
+    fleet = written.merged([lws("a-decode", 1, "130", namespace="two")])
+
+    assert sorted((o["metadata"]["namespace"], o["spec"]["replicas"]) for o in fleet) == [("one", 3), ("two", 1)]
