@@ -144,7 +144,7 @@ class Decision:
     requeue_after: float | None = None
     creates: tuple[tuple[str, str], ...] = ()  # (kind, name) of applied objects that do not exist yet
     # Groups placed where this serving runs none yet, or groups left unplaced: a choice made against every other
-    # serving's groups, so the adapter makes it from a fresh read of them (``Snapshot.fleet``), not a cache.
+    # serving's groups (``Snapshot.fleet``), so the adapter makes such choices one at a time.
     places_groups: bool = False
 
     @property

@@ -289,7 +289,7 @@ def test_nodes_the_adapter_parsed_once_decide_exactly_as_the_node_objects_do() -
     assert decision == reconciler.reconcile(raw)
 
 
-def test_only_a_pass_that_places_new_groups_or_cannot_place_some_asks_for_a_fresh_view_of_the_fleet() -> None:
+def test_only_a_pass_that_places_new_groups_or_cannot_place_some_is_a_choice_against_the_whole_fleet() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     assert cluster.converge().places_groups  # a new serving: its groups go where none ran
 
