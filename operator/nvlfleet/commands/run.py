@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and health endpoints")  # noqa: S104
     parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0: none)")
-    parser.add_argument("--health-port", type=int, default=8080, help="kopf liveness /healthz port (0: none)")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=8080,
+        help="liveness /healthz port, served by the leader and by a standby waiting for the Lease (0: none)",
+    )
     parser.add_argument("--webhook-port", type=int, default=0, help="serve the validating admission webhook here")
     parser.add_argument(
         "--webhook-cert-dir",
