@@ -628,10 +628,9 @@ class Scraper:
             )
             self._semaphore = asyncio.Semaphore(self._concurrency)
         jobs = [(key, state) for key, serving in self._servings.items() for state in serving.targets.values()]
-        await asyncio.gather(*(self._scrape(key, state) for key, state in jobs))
-        for serving in self._servings.values():
-            self._accrue(serving)
-        self._publish(list(self._servings))
+        await asyncio.gather(
+            *(self._scrape_serving(key, list(s.targets.values())) for key, s in self._servings.items())
+        )
         up = sum(1 for _, s in jobs if s.measurement is not None)
         down = sum(1 for _, s in jobs if s.problem is not None and s.problem.reason != "pending")
         report = RoundReport(len(jobs), up, len(jobs) - up - down, down, time.perf_counter() - started)
@@ -640,6 +639,15 @@ class Scraper:
         for state, count in (("up", report.up), ("pending", report.pending), ("down", report.down)):
             m.scrape_targets.labels(state).set(count)
         return report
+
+    async def _scrape_serving(self, key: tuple[str, str], states: Sequence[_TargetState]) -> None:
+        """Scrape one serving's leaders, then publish its gauges at once: waiting for the whole round (seconds,
+        with a thousand leaders) would age every gauge by the round's length."""
+        await asyncio.gather(*(self._scrape(key, state) for state in states))
+        serving = self._servings.get(key)  # declared again meanwhile: the same target states, newer settings
+        if serving is not None:
+            self._accrue(serving)
+        self._publish([key])
 
     async def _scrape(self, key: tuple[str, str], state: _TargetState) -> None:
         target = state.target

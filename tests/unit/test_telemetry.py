@@ -285,6 +285,27 @@ def test_a_stalled_server_reports_zero_throughput_because_it_is_measured() -> No
     scenario(run)
 
 
+def test_a_servings_gauges_are_published_when_its_own_leaders_have_answered_not_at_the_end_of_the_round() -> None:
+    async def run(f: Fleet) -> None:
+        await f.leader(DECODE, serving="flash")
+        slow = await f.leader(OTHER, serving="laggard", slow_seconds=1.0)
+        f.declare()
+        await f.scrape_at(-45)
+        f.clock.now = T - 30
+        await f.sim.set_mode(slow, vllmsim.Mode.SLOW)
+
+        round_ = asyncio.create_task(f.scraper.scrape_once())
+        while f.gauge("tokens_per_second", kind="generation") is None and not round_.done():
+            await asyncio.sleep(0.01)
+
+        assert not round_.done()  # the laggard is still answering
+        assert f.gauge("tokens_per_second", kind="generation") == pytest.approx(DECODE.generation, **within_1pc)
+        report = await round_
+        assert report.up == 2
+
+    scenario(run)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad targets: an error metric and a problem, never a crash, never a wrong number
 
