@@ -218,7 +218,10 @@ def build(nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str 
     for pod in pods:
         by_node.setdefault(pod.node, []).append(pod)
     merged = [
-        n.with_pods([*n.pods, *sorted(by_node.get(n.name, ()), key=lambda p: (p.namespace, p.name))]) for n in nodes
+        n.with_pods([*n.pods, *sorted(by_node[n.name], key=lambda p: (p.namespace, p.name))])
+        if n.name in by_node
+        else n
+        for n in nodes
     ]
     return Inventory(nodes=tuple(sorted(merged, key=lambda n: n.name)), domain_label=domain_label)
 

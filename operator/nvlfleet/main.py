@@ -325,6 +325,7 @@ class Operator:
         return {
             "nodes": list(_store(self.indices, "fleet_nodes")),
             "pods": list(_store(self.indices, "gpu_pods")),
+            "bound": list(_store(self.indices, "bound_gpu_pods")),
             "fleet": self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
         }
 
@@ -558,7 +559,9 @@ class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op = OPERATOR
-    op.indices = {name: kwargs[name] for name in ("fleet_nodes", "gpu_pods", "fleet_lws") if name in kwargs}
+    op.indices = {
+        name: kwargs[name] for name in ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws") if name in kwargs
+    }
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
     settings.persistence.diffbase_storage = _WatchedDiffBaseStorage(
         prefix="nvlfleet.io", key="last-handled-configuration"
@@ -728,6 +731,14 @@ def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.No
 @kopf.index("pods", when=_requests_gpus)
 def gpu_pods(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
     return {None: _trim_pod(body)}
+
+
+@kopf.index("pods", when=_requests_gpus)
+def bound_gpu_pods(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.GpuPod]:
+    """The GPUs each bound pod holds, parsed once per watch event (as ``fleet_nodes``); unbound and finished
+    pods hold none and are left out, as the reconciler would leave them out."""
+    pod = inventory.parse_pod(_trim_pod(body), f"pods[{name}]", [])
+    return {} if pod is None else {None: pod}
 
 
 @kopf.on.event("nodes")

@@ -102,9 +102,10 @@ class Snapshot:
     ``children``: objects labelled as this serving's children, of every child kind. ``nodes``: Node objects, or
     nodes the adapter already parsed (``inventory.parse_node``, once per watch event rather than every pass).
     ``pods``: pods requesting GPUs anywhere in the cluster (bound or not), which include this serving's own
-    pods. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole, or trimmed to metadata, replicas,
-    size and pod placement). ``served``: the child kinds whose API is installed. ``foreign``: objects found
-    under a name this serving wants that nvlfleet did not create for it.
+    pods; ``bound``: the same pods as the adapter already parsed them (``inventory.parse_pod``, once per watch
+    event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
+    or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
+    installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
     """
 
     serving: Mapping[str, Any]
@@ -115,6 +116,7 @@ class Snapshot:
     fleet: Sequence[Mapping[str, Any]] = ()
     served: frozenset[str] = frozenset({LWS_KIND, COMPUTE_DOMAIN_KIND, "PodMonitor"})
     foreign: Sequence[Mapping[str, Any]] = ()
+    bound: Sequence[inventory.GpuPod] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +251,11 @@ def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
         for i, o in enumerate(snap.nodes)
         if (n := o if isinstance(o, inventory.Node) else inventory.parse_node(o, f"nodes[{i}]", ignored))
     ]
-    pods = [p for i, o in enumerate(snap.pods) if (p := inventory.parse_pod(o, f"pods[{i}]", ignored))]
+    pods = (
+        snap.bound
+        if snap.bound is not None
+        else [p for i, o in enumerate(snap.pods) if (p := inventory.parse_pod(o, f"pods[{i}]", ignored))]
+    )
     return inventory.build(nodes, pods, domain_label)
 
 

@@ -276,17 +276,22 @@ def test_scaling_up_adds_replicas_in_the_same_rack_without_moving_running_groups
     assert cluster.serving["status"]["observedGeneration"] == 2
 
 
-def test_nodes_the_adapter_parsed_once_decide_exactly_as_the_node_objects_do() -> None:
-    cluster = Cluster(serving(groups=3, nodes=2), two_racks())
-    cluster.nodes[0]["spec"]["unschedulable"] = True  # placement depends on what the nodes say
+def test_nodes_and_pods_the_adapter_parsed_once_decide_exactly_as_the_objects_do() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.pods = [fb.pod(f"other-{i}", n["metadata"]["name"]) for i, n in enumerate(cluster.nodes[:18])]
+    cluster.nodes[-1]["spec"]["unschedulable"] = True
     raw = cluster.snapshot()
-    parsed = dataclasses.replace(raw, nodes=[inventory.parse_node(n, "node", []) for n in raw.nodes])
+    parsed = dataclasses.replace(
+        raw,
+        nodes=[inventory.parse_node(n, "node", []) for n in raw.nodes],
+        bound=[p for o in raw.pods if (p := inventory.parse_pod(o, "pod", [])) is not None],
+    )
 
     decision = reconciler.reconcile(parsed)
 
-    assert all(isinstance(n, inventory.Node) for n in parsed.nodes)
-    assert decision.apply and decision.placement
+    assert decision.placement == {"decode": {fb.clique(1): 2}}  # rack 0 is busy with another serving's pods
     assert decision == reconciler.reconcile(raw)
+    assert reconciler.reconcile(dataclasses.replace(parsed, bound=[])).placement != decision.placement
 
 
 def test_only_a_pass_that_places_new_groups_or_cannot_place_some_is_a_choice_against_the_whole_fleet() -> None:
