@@ -278,8 +278,9 @@ def test_scaling_up_adds_replicas_in_the_same_rack_without_moving_running_groups
 
 def test_nodes_and_pods_the_adapter_parsed_once_decide_exactly_as_the_objects_do() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
-    cluster.pods = [fb.pod(f"other-{i}", n["metadata"]["name"]) for i, n in enumerate(cluster.nodes[:18])]
-    cluster.nodes[-1]["spec"]["unschedulable"] = True
+    for node in cluster.nodes[:2]:
+        node["spec"]["unschedulable"] = True  # rack 0 is the tighter fit, were it not for the pods below
+    cluster.pods = [fb.pod(f"other-{i}", n["metadata"]["name"]) for i, n in enumerate(cluster.nodes[2:18])]
     raw = cluster.snapshot()
     parsed = dataclasses.replace(
         raw,
