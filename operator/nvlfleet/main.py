@@ -59,7 +59,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -255,9 +255,10 @@ class Operator:
         """One full pass for one serving. Raises kube.ApiError on API failures.
 
         Passes of one serving run one after the other; passes of different servings run side by side (up to
-        ``Config.passes_at_once``), except that a pass that places groups holds the fleet lock: where new groups
-        go depends on every other serving's groups, so it decides again once it holds the lock, from caches that
-        include every group placed before it (``Written``)."""
+        ``Config.passes_at_once``), except that a pass that places groups holds the fleet lock from deciding to
+        applying: where new groups go depends on every other serving's groups, so it decides again once it holds
+        the lock, from caches that include every group placed before it (``Written``). Status and events are
+        written after the lock is released."""
         api = self._api()
         async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
@@ -266,47 +267,61 @@ class Operator:
                     self.forget(key)
                     return None
                 snap = await asyncio.to_thread(self._observe, api, serving)
-                with self.metrics.planning():
-                    decision = reconciler.reconcile(snap)
+                snap, decision, checked = await self._decide(api, serving, snap, frozenset())
                 if decision.places_groups:
                     async with self.fleet_lock:
-                        snap = self._recached(snap)
-                        with self.metrics.planning():
-                            decision = reconciler.reconcile(snap)
-                        settled = await self._settle(api, key, serving, snap, decision)
+                        snap, decision, _ = await self._decide(api, serving, self._recached(snap), checked)
+                        written = await self._write(api, key, serving, decision, self._apply)
                 else:
-                    settled = await self._settle(api, key, serving, snap, decision)
-                if settled is None:
+                    written = await self._write(api, key, serving, decision, self._apply)
+                if not written or not await self._write(api, key, serving, decision, self._report):
                     return None
-                decision = settled
         self.failures.pop(key, None)
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
         return decision
 
-    async def _settle(
+    async def _decide(
+        self,
+        api: kube.Api,
+        serving: Mapping[str, Any],
+        snap: reconciler.Snapshot,
+        checked: frozenset[tuple[str, str]],
+    ) -> tuple[reconciler.Snapshot, reconciler.Decision, frozenset[tuple[str, str]]]:
+        """The reconciler's decision, made again when a name it would create is taken by an object that is not
+        this serving's (``checked``: names already looked up this pass)."""
+        with self.metrics.planning():
+            decision = reconciler.reconcile(snap)
+        unchecked = frozenset(decision.creates) - checked
+        if unchecked:
+            foreign = await asyncio.to_thread(self._foreign, api, serving, decision, unchecked)
+            checked |= unchecked
+            if foreign:
+                snap = dataclasses.replace(snap, foreign=[*snap.foreign, *foreign])
+                decision = reconciler.reconcile(snap)
+        return snap, decision, checked
+
+    async def _write(
         self,
         api: kube.Api,
         key: inventory.ServingKey,
         serving: Mapping[str, Any],
-        snap: reconciler.Snapshot,
         decision: reconciler.Decision,
-    ) -> reconciler.Decision | None:
-        """Check names the decision would create, then carry it out; None when this replica may not write."""
-        if decision.creates:
-            foreign = await asyncio.to_thread(self._foreign, api, serving, decision)
-            if foreign:
-                decision = reconciler.reconcile(dataclasses.replace(snap, foreign=foreign))
-        if decision.writes and not self.may_write():
+        step: Callable[[kube.Api, Mapping[str, Any], reconciler.Decision], None],
+    ) -> bool:
+        """Carry out one step of a decision in a worker thread; False when this replica may no longer write."""
+        if not decision.writes:
+            return True
+        if not self.may_write():
             log.warning("not writing for %s: this replica may no longer hold the Lease", key)
-            return None
+            return False
         try:
-            await asyncio.to_thread(self._carry_out, api, serving, decision)
+            await asyncio.to_thread(step, api, serving, decision)
         except kube.ApiError as err:
             await asyncio.to_thread(self._report_failure, api, key, serving, err)
             raise
-        return decision
+        return True
 
     def _serving_lock(self, key: inventory.ServingKey) -> asyncio.Lock:
         lock = self._serving_locks.get(key)
@@ -362,31 +377,39 @@ class Operator:
         return answer
 
     def _foreign(
-        self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision
+        self,
+        api: kube.Api,
+        serving: Mapping[str, Any],
+        decision: reconciler.Decision,
+        names: Collection[tuple[str, str]],
     ) -> list[dict[str, Any]]:
-        """Objects already present under names the decision would create, that are not this serving's."""
+        """Objects already present under ``names`` (kind, name) the decision would create, not this serving's."""
         meta = serving["metadata"]
         found = []
         for obj in decision.apply:
-            ident = (obj["kind"], obj["metadata"]["name"])
-            if ident not in decision.creates:
+            if (obj["kind"], obj["metadata"]["name"]) not in names:
                 continue
             there = api.get(kube.kind_of(obj), obj["metadata"].get("namespace"), obj["metadata"]["name"])
             if there is not None and not reconciler.is_child_of(there, meta["name"], meta.get("uid", "")):
                 found.append(there)
         return found
 
-    def _carry_out(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+    def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        """The children: applied (LeaderWorkerSets noted in ``Written`` at once), then pruned."""
         meta = serving["metadata"]
-        namespace, name = meta.get("namespace", "default"), meta["name"]
         for obj in decision.apply:
             applied = api.apply(obj)
             if obj["kind"] == kube.LEADER_WORKER_SET.kind:
                 self.written.note(_trim_lws(applied))
             log.info("applied %s", kube.describe(obj))
         for old in decision.delete:
-            if api.delete_child(old, name, meta.get("uid", "")):
+            if api.delete_child(old, meta["name"], meta.get("uid", "")):
                 log.info("deleted %s", kube.describe(old))
+
+    def _report(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        """The status patch, then the events."""
+        meta = serving["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
         if decision.status is not None:
             api.patch_status(kube.DEEPSEEK_SERVING, namespace, name, decision.status)
             conditions = " ".join(f"{c['type']}={c['status']}" for c in decision.status["conditions"])
