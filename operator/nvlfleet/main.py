@@ -20,10 +20,12 @@ Choices worth knowing:
   fills before any handler runs); a pass lists only its own serving's children from the API server. Other
   servings' LeaderWorkerSets come from the index merged with this process's own applies that the watch has not
   delivered yet (``Written``), so two servings placed back to back never count a tray twice, without listing
-  the whole fleet on every pass. Nodes are parsed once per watch event, not once per pass. Watch events nudge
-  the servings they affect — a rack that frees capacity re-plans servings waiting for it, a lost node re-plans
-  the servings placed in its rack — through a small debounced queue, so a burst of pod updates costs one pass
-  per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces' servings are
+  the whole fleet on every pass. Nodes and GPU pods are parsed once per watch event, and what a pass derives
+  from all of them (``reconciler.FleetView``: the inventory, every serving's groups) is computed once and shared
+  until one of them changes, so an idle re-check of a thousand servings does not rebuild it a thousand times.
+  Watch events nudge the servings they affect — a rack that frees capacity re-plans servings waiting for it, a
+  lost node re-plans the servings placed in its rack — through a small debounced queue, so a burst of pod
+  updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces' servings are
   reconciled: free capacity in a rack is a cluster fact.
 * **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
   starts kopf only once it holds the Lease, and a leader that cannot renew stops — writing nothing once its last
@@ -51,6 +53,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import itertools
 import logging
 import os
 import pathlib
@@ -231,6 +234,10 @@ class Operator:
         )
         self.known: dict[inventory.ServingKey, _Known] = {}
         self.written = Written()
+        # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
+        self._versions = itertools.count(1)
+        self._version = 0
+        self._views: dict[str, tuple[int, reconciler.FleetView]] = {}
         self.nudges = Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = telemetry.OperatorMetrics()
@@ -332,17 +339,33 @@ class Operator:
     def _recached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
         """The snapshot with nodes, GPU pods and the fleet read again from the caches (the serving's own
         children stay as listed: only its own passes write them, and they run one at a time)."""
-        return dataclasses.replace(snap, **self._cached(snap.served))
+        return self._cached(dataclasses.replace(snap, view=None))
 
-    def _cached(self, served: frozenset[str]) -> dict[str, Any]:
-        """The snapshot's fields read from the watch caches."""
-        lws = kube.LEADER_WORKER_SET.kind in served
-        return {
-            "nodes": list(_store(self.indices, "fleet_nodes")),
-            "pods": list(_store(self.indices, "gpu_pods")),
-            "bound": list(_store(self.indices, "bound_gpu_pods")),
-            "fleet": self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
-        }
+    def _cached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
+        """``snap`` with nodes, GPU pods and the fleet from the watch caches, and their ``reconciler.FleetView``:
+        computed once and shared by every pass until one of those objects changes (``changed``)."""
+        version = self._version  # read before the caches: a view is never filed under a newer version than its data
+        lws = kube.LEADER_WORKER_SET.kind in snap.served
+        snap = dataclasses.replace(
+            snap,
+            nodes=list(_store(self.indices, "fleet_nodes")),
+            pods=list(_store(self.indices, "gpu_pods")),
+            bound=list(_store(self.indices, "bound_gpu_pods")),
+            fleet=self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
+        )
+        spec = snap.serving.get("spec")
+        placement = (spec.get("placement") or {}) if isinstance(spec, Mapping) else None
+        label = placement.get("domainLabel", models.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
+        if not isinstance(label, str):
+            return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
+        filed = self._views.get(label)
+        if filed is None or filed[0] != version:
+            filed = self._views[label] = (version, reconciler.fleet_view(snap, label))
+        return dataclasses.replace(snap, view=filed[1])
+
+    def changed(self) -> None:
+        """A node, GPU pod or nvlfleet LeaderWorkerSet changed (or this process applied one): views are stale."""
+        self._version = next(self._versions)
 
     def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
         """What one pass looks at: the serving's children from the API server; nodes, GPU pods and other
@@ -359,13 +382,8 @@ class Operator:
         for kind in kube.CHILD_KINDS:
             if kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
-        return reconciler.Snapshot(
-            serving=serving,
-            now=datetime.datetime.now(datetime.UTC),
-            children=children,
-            served=served,
-            **self._cached(served),
-        )
+        now = datetime.datetime.now(datetime.UTC)
+        return self._cached(reconciler.Snapshot(serving=serving, now=now, children=children, served=served))
 
     def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
         """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""
@@ -401,6 +419,7 @@ class Operator:
             applied = api.apply(obj)
             if obj["kind"] == kube.LEADER_WORKER_SET.kind:
                 self.written.note(_trim_lws(applied))
+                self.changed()
             log.info("applied %s", kube.describe(obj))
         for old in decision.delete:
             if api.delete_child(old, meta["name"], meta.get("uid", "")):
@@ -468,7 +487,8 @@ class Operator:
         if summary is not None:
             self.nodes_seen[name] = summary
         if before == summary:
-            return
+            return  # a heartbeat: nothing the inventory reads
+        self.changed()
         labels: dict[str, str] = {}
         for seen in (before, summary):
             if seen is not None:
@@ -771,6 +791,7 @@ def node_event(name: str, body: kopf.Body, type: str, **_: Any) -> None:
 
 @kopf.on.event("pods", when=_requests_gpus)
 def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, **_: Any) -> None:
+    OPERATOR.changed()
     serving = (body.get("metadata", {}).get("labels") or {}).get(reconciler.SERVING_LABEL)
     if serving and namespace and OPERATOR.watched(namespace):
         OPERATOR.nudges.add(inventory.ServingKey(namespace, serving))
@@ -790,6 +811,7 @@ def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
 )
 def lws_event(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, **_: Any) -> None:
     OPERATOR.written.seen(body, deleted=type == "DELETED")
+    OPERATOR.changed()
     serving = labels.get(reconciler.SERVING_LABEL)
     if serving and namespace and OPERATOR.watched(namespace):
         OPERATOR.nudges.add(inventory.ServingKey(namespace, serving))

@@ -106,6 +106,8 @@ class Snapshot:
     event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
     or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
     installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
+    ``view``: nodes, pods and fleet digested (``fleet_view``) by an earlier pass over the same objects; used
+    when its domain label is the serving's, else computed here.
     """
 
     serving: Mapping[str, Any]
@@ -117,6 +119,19 @@ class Snapshot:
     served: frozenset[str] = frozenset({LWS_KIND, COMPUTE_DOMAIN_KIND, "PodMonitor"})
     foreign: Sequence[Mapping[str, Any]] = ()
     bound: Sequence[inventory.GpuPod] | None = None
+    view: FleetView | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FleetView:
+    """The cluster-wide half of a pass: the inventory (nodes with their GPU pods) and every serving's groups
+    (from ``Snapshot.fleet``), for one domain label. It is the same for every serving's pass until a node, a GPU
+    pod or a LeaderWorkerSet changes, so the adapter may compute it once (``fleet_view``) and hand it to many
+    passes (``Snapshot.view``) instead of each pass rebuilding it from a thousand objects."""
+
+    domain_label: str
+    inventory: inventory.Inventory
+    held: tuple[planner.Placement, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +197,12 @@ def reconcile(snap: Snapshot) -> Decision:
     domain_label = serving.spec.placement.domain_label
 
     try:
-        inv = _inventory(snap, domain_label)
+        view = snap.view if snap.view is not None and snap.view.domain_label == domain_label else None
+        view = view or fleet_view(snap, domain_label)
+        inv = view.inventory
         demands = planner.demands(serving)
         own_held = _placements_of(key, serving, own_sets, domain_label)
-        held = [*own_held, *_others(key, snap.fleet, domain_label)]
+        held = [*own_held, *(p for p in view.held if p.serving != key)]
         plan = planner.plan(inv, demands, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
@@ -331,8 +348,13 @@ def _grows(held: Iterable[planner.Placement], placement: Mapping[str, Mapping[st
     return any(groups > now.get((role, domain), 0) for role, per in placement.items() for domain, groups in per.items())
 
 
-def _others(key: inventory.ServingKey, fleet: Iterable[Mapping[str, Any]], label: str) -> list[planner.Placement]:
-    """Every other serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them."""
+def fleet_view(snap: Snapshot, domain_label: str) -> FleetView:
+    """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values."""
+    return FleetView(domain_label, _inventory(snap, domain_label), tuple(_held(snap.fleet, domain_label)))
+
+
+def _held(fleet: Iterable[Mapping[str, Any]], label: str) -> list[planner.Placement]:
+    """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them."""
     held: dict[inventory.RoleKey, tuple[int, dict[str, int]]] = {}
     for lws in fleet:
         meta = _as_mapping(lws.get("metadata"))
@@ -342,7 +364,7 @@ def _others(key: inventory.ServingKey, fleet: Iterable[Mapping[str, Any]], label
             continue
         owner = inventory.RoleKey(inventory.ServingKey(str(meta.get("namespace", "default")), name), role)
         domain = lws_domain(lws, label)
-        if owner.serving == key or domain is None:
+        if domain is None:
             continue
         replicas, size = _lws_groups(lws)
         _, per = held.setdefault(owner, (size, {}))

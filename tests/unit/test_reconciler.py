@@ -295,6 +295,22 @@ def test_nodes_and_pods_the_adapter_parsed_once_decide_exactly_as_the_objects_do
     assert reconciler.reconcile(dataclasses.replace(parsed, bound=[])).placement != decision.placement
 
 
+def test_a_fleet_view_computed_once_decides_every_servings_pass_as_the_objects_do() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.pods = [fb.pod(f"other-{i}", n["metadata"]["name"]) for i, n in enumerate(cluster.nodes[:18])]
+    raw = cluster.snapshot()
+    view = reconciler.fleet_view(raw, fb.CLIQUE_LABEL)
+
+    decision = reconciler.reconcile(dataclasses.replace(raw, view=view))
+
+    assert decision.placement == {"decode": {fb.clique(1): 2}}
+    assert decision == reconciler.reconcile(raw)
+    empty = reconciler.fleet_view(dataclasses.replace(raw, pods=[]), fb.CLIQUE_LABEL)
+    assert reconciler.reconcile(dataclasses.replace(raw, view=empty)).placement != decision.placement  # it is used
+    elsewhere = reconciler.fleet_view(dataclasses.replace(raw, pods=[]), "example.com/other-domain")
+    assert reconciler.reconcile(dataclasses.replace(raw, view=elsewhere)) == decision  # another label's: ignored
+
+
 def test_only_a_pass_that_places_new_groups_or_cannot_place_some_is_a_choice_against_the_whole_fleet() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     assert cluster.converge().places_groups  # a new serving: its groups go where none ran

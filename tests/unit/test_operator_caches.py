@@ -1,12 +1,17 @@
-"""Read-your-writes over the LeaderWorkerSet index (``main.Written``): a group this process placed a moment ago
-holds its trays for the next pass even before the watch delivers it, and stops overriding the index as soon as
-the index has caught up."""
+"""The operator's caches over its watches: read-your-writes over the LeaderWorkerSet index (``main.Written``) —
+a group this process placed a moment ago holds its trays for the next pass even before the watch delivers it,
+and stops overriding the index as soon as the index has caught up — and the fleet view shared by passes until
+a watched object changes (``Operator.changed``)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from nvlfleet import main
+import fleetbuilder as fb
+import servingbuilder as sb
+
+from nvlfleet import main, reconciler
 
 
 def lws(name: str, replicas: int, version: str, uid: str = "uid-1", namespace: str = "team") -> dict[str, Any]:
@@ -98,3 +103,22 @@ def test_the_same_name_in_another_namespace_is_another_object() -> None:
     fleet = written.merged([lws("a-decode", 1, "130", namespace="two")])
 
     assert sorted((o["metadata"]["namespace"], o["spec"]["replicas"]) for o in fleet) == [("one", 3), ("two", 1)]
+
+
+def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
+    op = main.Operator(main.Config())
+    nodes = fb.rack(0) + fb.rack(1)
+    op.indices = {"fleet_nodes": {None: [main.fleet_nodes(n["metadata"]["name"], n)[None] for n in nodes]}}
+    snapshot = reconciler.Snapshot(
+        serving=sb.serving_dict(), now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC), served=frozenset()
+    )
+
+    first, second = op._cached(snapshot), op._cached(snapshot)
+    assert first.view is not None and second.view is first.view
+    assert len(first.view.inventory.nodes) == 36
+
+    op.indices["fleet_nodes"][None].pop()
+    op.changed()
+    third = op._cached(snapshot)
+    assert third.view is not first.view
+    assert third.view is not None and len(third.view.inventory.nodes) == 35
