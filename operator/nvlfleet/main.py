@@ -25,8 +25,8 @@ Choices worth knowing:
   until one of them changes, so an idle re-check of a thousand servings does not rebuild it a thousand times.
   Watch events nudge the servings they affect — a rack that frees capacity re-plans servings waiting for it, a
   lost node re-plans the servings placed in its rack — through a small debounced queue, so a burst of pod
-  updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some namespaces' servings are
-  reconciled: free capacity in a rack is a cluster fact.
+  updates costs one pass per serving. Nodes and GPU pods are watched cluster-wide even when only some
+  namespaces' servings are reconciled: free capacity in a rack is a cluster fact.
 * **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``): a standby replica
   starts kopf only once it holds the Lease, and a leader that cannot renew stops — writing nothing once its last
   renewal is older than the renew deadline (``Operator.fence``) — so two replicas never both reconcile. kopf's own
