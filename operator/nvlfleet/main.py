@@ -626,6 +626,8 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     op.tasks.append(asyncio.create_task(op.scraper.run(op.config.scrape_seconds), name="scraper"))
     op.tasks.append(asyncio.create_task(_every(op.config.status_metrics_seconds, op.write_status_metrics)))
     op.tasks.append(asyncio.create_task(_every(op.config.recheck_seconds, op.recheck_all), name="re-check"))
+    for task in op.tasks:
+        task.add_done_callback(_ended)
 
 
 @kopf.on.login()
@@ -660,6 +662,13 @@ async def _hold(runner: Any) -> None:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+def _ended(task: asyncio.Task[None]) -> None:
+    """A background task is meant to run for the operator's lifetime: its end, other than at shutdown, is a bug
+    that must be seen (an exception kept in a task nobody awaits is never printed)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %r ended", task.get_name(), exc_info=task.exception())
 
 
 async def _every(seconds: float, job: Any) -> None:
@@ -784,13 +793,16 @@ def bound_gpu_pods(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory
     return {} if pod is None else {None: pod}
 
 
+# The event handlers are coroutines so that kopf runs them on the event loop, where the nudge queue and the
+# routing state live: a plain function would run in kopf's thread pool, and a nudge added from a thread raced the
+# queue's own iteration (a "dictionary changed size" that silently ended the nudge worker) and could not wake it.
 @kopf.on.event("nodes")
-def node_event(name: str, body: kopf.Body, type: str, **_: Any) -> None:
+async def node_event(name: str, body: kopf.Body, type: str, **_: Any) -> None:
     OPERATOR.node_changed(name, None if type == "DELETED" else _node_summary(body))
 
 
 @kopf.on.event("pods", when=_requests_gpus)
-def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, **_: Any) -> None:
+async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, **_: Any) -> None:
     OPERATOR.changed()
     serving = (body.get("metadata", {}).get("labels") or {}).get(reconciler.SERVING_LABEL)
     if serving and namespace and OPERATOR.watched(namespace):
@@ -809,7 +821,7 @@ def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
 @kopf.on.event(
     "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
 )
-def lws_event(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, **_: Any) -> None:
+async def lws_event(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, **_: Any) -> None:
     OPERATOR.written.seen(body, deleted=type == "DELETED")
     OPERATOR.changed()
     serving = labels.get(reconciler.SERVING_LABEL)

@@ -6,6 +6,7 @@ a watched object changes (``Operator.changed``)."""
 from __future__ import annotations
 
 import datetime
+import inspect
 from typing import Any
 
 import fleetbuilder as fb
@@ -122,3 +123,9 @@ def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
     third = op._cached(snapshot)
     assert third.view is not first.view
     assert third.view is not None and len(third.view.inventory.nodes) == 35
+
+
+def test_watch_event_handlers_run_on_the_event_loop_where_the_nudge_queue_lives() -> None:
+    # kopf runs a plain function in a thread: a nudge added there raced the queue's iteration on the loop.
+    for handler in (main.node_event, main.gpu_pod_event, main.lws_event):
+        assert inspect.iscoroutinefunction(handler), handler.__name__
