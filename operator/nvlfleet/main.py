@@ -664,6 +664,16 @@ async def _hold(runner: Any) -> None:
         await runner.cleanup()
 
 
+@kopf.on.probe(id="background")
+async def background(**_: Any) -> str:
+    """kopf's ``/healthz`` fails while a background task (the nudge worker, the re-check, the scraper) is gone,
+    so the liveness probe restarts a process that would otherwise stop reconciling without a word."""
+    ended = [t.get_name() for t in OPERATOR.tasks if t.done()]
+    if ended:
+        raise RuntimeError(f"background task ended: {', '.join(ended)}")
+    return "running"
+
+
 def _ended(task: asyncio.Task[None]) -> None:
     """A background task is meant to run for the operator's lifetime: its end, other than at shutdown, is a bug
     that must be seen (an exception kept in a task nobody awaits is never printed)."""
