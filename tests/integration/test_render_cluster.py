@@ -29,6 +29,7 @@ from kubernetes import client
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
 
 import servingbuilder as sb
+from localcluster import fleet as fleets
 
 from nvlfleet import inventory, models, planner, render
 
@@ -64,11 +65,17 @@ def in_namespace(path: pathlib.Path, namespace: str) -> list[models.DeepSeekServ
     return [models.DeepSeekServing.model_validate(doc) for doc in docs]
 
 
-def cluster_placement(api: client.ApiClient, serving: models.DeepSeekServing) -> dict[str, dict[str, int]] | None:
-    """The planner's placement on the cluster's real Node objects, as the operator computes it (None: not all
-    groups fit yet, e.g. while new nodes still carry the node-lifecycle not-ready taint)."""
+def cluster_placement(
+    api: client.ApiClient, serving: models.DeepSeekServing, fleet_name: str
+) -> dict[str, dict[str, int]] | None:
+    """The planner's placement on the cluster's real Node objects, as the operator computes it. None until every
+    node of ``fleet_name`` is Ready and untainted: new nodes carry the node-lifecycle not-ready taint for a moment,
+    and a plan made while only some are usable spreads groups that the whole fleet would pack."""
     nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
     inv = inventory.from_objects(nodes, domain_label=serving.spec.placement.domain_label)
+    mine = [n for n in inv.nodes if n.labels.get(fleets.LABEL_FLEET) == fleet_name]
+    if not mine or any(not n.schedulable or n.taints for n in mine):
+        return None
     plan = planner.plan(inv, planner.demands(serving))
     return (
         None
@@ -123,7 +130,9 @@ def test_pinned_groups_run_on_their_rack_one_pod_per_tray(
         placement={"computeDomain": False},
         pod={"nodeSelector": {"localcluster.nvlfleet.io/fleet": fleet.name}},  # other tests share the cluster
     )
-    placement = wait_for(lambda: cluster_placement(api_client, serving), 60, "the fleet's nodes to be placeable")
+    placement = wait_for(
+        lambda: cluster_placement(api_client, serving, fleet.name), 60, "the fleet's nodes to be placeable"
+    )
     manifests = render.render(serving, placement)
 
     result = apply(local_cluster, manifests, dry_run=False)
