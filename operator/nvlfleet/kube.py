@@ -25,13 +25,14 @@ import datetime
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kubernetes
 import urllib3
 
-from nvlfleet import reconciler
+from nvlfleet import decoding, reconciler
 
 FIELD_MANAGER = "nvlfleet"
 COMPONENT = "nvlfleet"
@@ -173,7 +174,7 @@ class Api:
             raise ApiError(503, "Unavailable", f"the API server could not be reached: {err}") from err
         if not 200 <= response.status < 300:
             raise _api_error(response.status, response.reason or "", raw)
-        return json.loads(raw) if raw else None
+        return decoding.loads(raw) if raw else None
 
     # -- reads ----------------------------------------------------------------------------------------------
 
@@ -221,7 +222,7 @@ class Api:
             "PATCH",
             kind.path(meta.get("namespace"), meta["name"]),
             query=query,
-            body=dict(obj),
+            body=yaml_safe_json(obj),
             content_type="application/apply-patch+yaml",
         )
         return answer
@@ -359,6 +360,23 @@ class Api:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
+
+
+# Characters that ``json.dumps(ensure_ascii=False)`` leaves raw but YAML would not read back as themselves: DEL
+# and the C1 controls (outside YAML's printable set), NEL and the Unicode line and paragraph separators (line
+# breaks to YAML, folded into a space inside a quoted string), the byte-order mark and the BMP's non-characters.
+_YAML_UNSAFE = re.compile("[\\x7f-\\x9f\\u2028\\u2029\\ufeff\\ufffe\\uffff]")
+
+
+def yaml_safe_json(obj: Any) -> bytes:
+    """``obj`` as JSON text that the API server's YAML decoder reads back as the same strings.
+
+    A server-side apply body is YAML. The client's default ``json.dumps`` writes a character outside the Basic
+    Multilingual Plane (an emoji) as a UTF-16 surrogate pair, ``"\\ud83d\\udd25"``, which is valid JSON but not
+    valid YAML (a YAML escape names a code point; a surrogate is none), so every apply carrying one was refused.
+    UTF-8 text with only those characters escaped means the same in both languages."""
+    text = json.dumps(obj, ensure_ascii=False)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def describe(obj: Mapping[str, Any]) -> str:

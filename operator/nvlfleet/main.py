@@ -67,7 +67,7 @@ from typing import Any
 
 import kopf
 
-from nvlfleet import inventory, kube, models, problems, reconciler, telemetry, validation
+from nvlfleet import decoding, inventory, kube, models, problems, reconciler, telemetry, validation
 
 log = logging.getLogger("nvlfleet")
 
@@ -601,6 +601,7 @@ class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+    decoding.install()  # before kopf's watchers start: no object, however deep, can end them
     op = OPERATOR
     op.indices = {
         name: kwargs[name] for name in ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws") if name in kwargs
@@ -754,7 +755,11 @@ def admit_serving(
     """Refuse a serving ``nvlfleet validate`` would refuse, naming each field path."""
     if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return
-    found = validation.validate(dict(body))
+    try:
+        found = validation.validate(dict(body))
+    except Exception as err:  # with failurePolicy Ignore, an error here would admit what nobody checked
+        log.exception("admission check of %s failed", body.get("metadata", {}).get("name"))
+        raise kopf.AdmissionError(f"nvlfleet could not analyse this DeepSeekServing ({type(err).__name__})") from err
     if found:
         raise kopf.AdmissionError(problems.summary(found), code=422)
 

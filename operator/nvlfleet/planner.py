@@ -186,7 +186,7 @@ def requirements(spec: models.DeepSeekServingSpec) -> inventory.NodeRequirements
     return inventory.NodeRequirements(
         gpu_product=gen.product,
         gpus_per_node=gen.gpus_per_node,
-        tolerations=inventory.parse_tolerations(spec.pod.tolerations, "spec.pod.tolerations"),
+        tolerations=inventory.parse_tolerations([t.to_wire() for t in spec.pod.tolerations], "spec.pod.tolerations"),
         node_selector=tuple(sorted(spec.pod.node_selector.items())),
         scope="clique" if gen.multi_node_nvlink else "node",
     )

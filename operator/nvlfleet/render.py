@@ -402,7 +402,7 @@ def _env(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[dict[
         if extra.value is not None:
             item["value"] = extra.value
         if extra.value_from is not None:
-            item["valueFrom"] = extra.value_from
+            item["valueFrom"] = extra.value_from.to_wire()
         replaced = next((i for i, e in enumerate(out) if e["name"] == extra.name), None)
         if replaced is None:
             out.append(item)
@@ -427,7 +427,7 @@ def _volumes(serving: models.DeepSeekServing) -> tuple[list[dict[str, Any]], lis
     else:
         volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
     mounts.append(cache_mount)
-    return [*volumes, *pod.volumes], [*mounts, *pod.volume_mounts]
+    return [*volumes, *(v.to_wire() for v in pod.volumes)], [*mounts, *(m.to_wire() for m in pod.volume_mounts)]
 
 
 def _resources(serving: models.DeepSeekServing, tuning: profiles.Tuning, claim: bool) -> dict[str, Any]:
@@ -521,7 +521,7 @@ def pod_template(
     if pod.node_selector:
         pod_spec["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in pod.tolerations]
+        pod_spec["tolerations"] = [t.to_wire() for t in pod.tolerations]
     if pod.priority_class_name:
         pod_spec["priorityClassName"] = pod.priority_class_name
     if pod.service_account_name:
@@ -658,17 +658,13 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
                 problems.Problem(f'spec.pod.labels["{key}"]', "this label is set by nvlfleet and LeaderWorkerSet")
             )
     for i, volume in enumerate(pod.volumes):
-        if volume.get("name") in (SHM_VOLUME, CACHE_VOLUME):
-            found.append(
-                problems.Problem(f"spec.pod.volumes[{i}].name", f"{volume.get('name')!r} is nvlfleet's own volume")
-            )
+        if volume.name in (SHM_VOLUME, CACHE_VOLUME):
+            found.append(problems.Problem(f"spec.pod.volumes[{i}].name", f"{volume.name!r} is nvlfleet's own volume"))
     taken = {SHM_PATH, serving.spec.model.weights.mount_path}
     for i, mount in enumerate(pod.volume_mounts):
-        if mount.get("mountPath") in taken:
+        if mount.mount_path in taken:
             found.append(
-                problems.Problem(
-                    f"spec.pod.volumeMounts[{i}].mountPath", f"{mount.get('mountPath')} is mounted by nvlfleet"
-                )
+                problems.Problem(f"spec.pod.volumeMounts[{i}].mountPath", f"{mount.mount_path} is mounted by nvlfleet")
             )
     for section, values in (pod.resources or {}).items():
         if section not in ("limits", "requests"):

@@ -46,7 +46,7 @@ from typing import Any
 
 import pydantic
 
-from nvlfleet import economics, facts, hardware, models, problems, profiles
+from nvlfleet import economics, facts, hardware, models, nesting, problems, profiles
 
 Problem = problems.Problem
 
@@ -110,12 +110,7 @@ OWNED_ENV: Mapping[str, str] = {
 }
 
 # The Kubernetes EnvVarSource kinds and the keys each needs.
-_ENV_SOURCES: Mapping[str, tuple[str, ...]] = {
-    "secretKeyRef": ("name", "key"),
-    "configMapKeyRef": ("name", "key"),
-    "fieldRef": ("fieldPath",),
-    "resourceFieldRef": ("resource",),
-}
+_ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
 
 # Name segments that mark a secret (matched on whole "_"-separated words: VLLM_MAX_BAD_WORDS_TOTAL_TOKENS is not).
 _SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
@@ -135,6 +130,8 @@ PATTERN_MEANINGS: Mapping[str, str] = {
     r"^[A-Z0-9_]+$": "an upper-case backend name such as FLASHMLA_SPARSE_DSV41",
     r"^[a-z0-9_]+$": "a lower-case name such as flashinfer_nvlink_one_sided",
     r"^[A-Z]{3}$": "an ISO 4217 currency code such as USD",
+    r"^/": "an absolute path (starting with /)",
+    r"^[^/]": "a relative path (not starting with /)",
     r"^[A-Za-z0-9._-]+$": "a revision (commit or tag: letters, digits, '.', '_' and '-')",
     r"^[A-Za-z0-9][A-Za-z0-9._/-]*$": "a Hugging Face repository id or path such as deepseek-ai/DeepSeek-V4.1-Flash",
     r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$": "a container image reference such as vllm/vllm-openai:v0.33.0",
@@ -246,6 +243,9 @@ def parse(obj: object) -> tuple[models.DeepSeekServing | None, list[Problem]]:
         return None, [
             Problem("", f"a DeepSeekServing is a mapping with apiVersion, kind, metadata and spec, not {_a(obj)}")
         ]
+    deep = nesting.too_deep(obj)
+    if deep is not None:  # before anything walks it recursively: json.dumps and pydantic stop near 1,000 levels
+        return None, [Problem(deep, f"nests more than {nesting.MAX_DEPTH} levels deep; no field of a serving does")]
     found = _metadata_problems(obj.get("metadata"))
     try:
         # JSON round trip: strict JSON mode accepts enum values and ISO strings but no "4" for 4, like the API.
@@ -555,9 +555,9 @@ def _check_pod(spec: models.DeepSeekServingSpec, out: _Findings) -> None:
                 )
     reserved = {spec.model.weights.mount_path: "the weight cache (spec.model.weights.mountPath)", _SHM: "shm"}
     for i, mount in enumerate(pod.volume_mounts):
-        target = mount.get("mountPath")
+        target = mount.mount_path
         if target in reserved:
-            what = reserved[str(target)]
+            what = reserved[target]
             out.error(
                 problems.path("spec.pod.volumeMounts", i, "mountPath"),
                 f"{target} is already mounted for {what}"
@@ -705,20 +705,12 @@ def _looks_secret(name: str, value: str) -> str | None:
     )
 
 
-def _check_env_source(source: Mapping[str, Any], where: str, out: _Findings) -> None:
-    kinds = [k for k in source if k in _ENV_SOURCES]
-    unknown = [k for k in source if k not in _ENV_SOURCES]
-    if unknown or len(kinds) != 1:
+def _check_env_source(source: models.EnvVarSource, where: str, out: _Findings) -> None:
+    """Exactly one source (the CRD's CEL rule says the same at admission; a file given to ``nvlfleet validate``
+    meets it here)."""
+    given = [name for name, value in source.to_wire().items() if value is not None]
+    if len(given) != 1:
         out.error(where, f"must hold exactly one of {', '.join(_ENV_SOURCES)}")
-        return
-    kind = kinds[0]
-    ref = source[kind]
-    if not isinstance(ref, Mapping):
-        out.error(f"{where}.{kind}", "must be a mapping")
-        return
-    for key in _ENV_SOURCES[kind]:
-        if not isinstance(ref.get(key), str) or not ref.get(key):
-            out.error(f"{where}.{kind}.{key}", "is required")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -626,8 +626,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "unknown env source",
         {"extraEnv": [{"name": "HF_TOKEN", "valueFrom": {"vault": {"path": "x"}}}]},
-        "spec.extraEnv[0].valueFrom",
-        "must hold exactly one of secretKeyRef, configMapKeyRef, fieldRef",
+        "spec.extraEnv[0].valueFrom.vault",
+        "unknown field; known fields: configMapKeyRef, fieldRef, resourceFieldRef, secretKeyRef",
     ),
     (
         "same env twice",
