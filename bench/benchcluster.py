@@ -29,7 +29,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from prometheus_client import parser as prom_parser
 
-from nvlfleet import crd
+from nvlfleet.api import crd
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IDENTITY_NAMESPACE = "nvlfleet-bench"

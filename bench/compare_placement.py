@@ -15,7 +15,7 @@ read back and scored per group: **running** (all pods bound, one domain), **spli
 **waiting** (some bound, some Pending: holds nodes, cannot start), **pods Pending**, GPUs serving, and GPUs
 **stranded**: GPUs held by waiting groups, plus free GPUs the engine can no longer use for this workload (a
 domain already holding a group under exclusive topology; a domain with fewer free nodes than the smallest group).
-The pure model of the same comparison (``nvlfleet.baselines``) is printed under the table for reference; the
+The pure model of the same comparison (``bench/baselines.py``) is printed under the table for reference; the
 real scheduler's scoring differs from the model's first-fit, so the pod-affinity row can differ from it.
 
 Needs the running local cluster (``make cluster-up``). Stops its operator by PID and deletes its namespaces and
@@ -43,11 +43,13 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "cluster"))
 
+import baselines  # noqa: E402
 from localcluster import cluster as localcluster  # noqa: E402
 from localcluster import fleet as fleets  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 
-from nvlfleet import baselines, inventory, models, planner, render  # noqa: E402
+from nvlfleet.api import models  # noqa: E402
+from nvlfleet.core import inventory, planner, render  # noqa: E402
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         "kube-scheduler + LWS + kwok:\n"
     )
     print(table(rows))
-    print("\nthe pure model of the same comparison (nvlfleet.baselines: first fit, no scheduler scoring):\n")
+    print("\nthe pure model of the same comparison (bench/baselines.py: first fit, no scheduler scoring):\n")
     print(
         table(
             [

@@ -29,7 +29,8 @@ from typing import Any
 import benchcluster
 from kubernetes import client, watch
 
-from nvlfleet import models, render
+from nvlfleet.api import models
+from nvlfleet.core import render
 
 GROUP, VERSION, PLURAL = models.GROUP, models.VERSION, models.PLURAL
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
@@ -285,7 +286,7 @@ def run_plain_client(
 
 def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
     """Placements of ``bodies`` planned together on the cluster's nodes, as nvlfleet's planner would."""
-    from nvlfleet import inventory, planner
+    from nvlfleet.core import inventory, planner
 
     nodes = [n for n in json.loads(client.CoreV1Api(api).list_node(_preload_content=False).data)["items"]]
     ignored: list[Any] = []

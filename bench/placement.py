@@ -4,7 +4,7 @@ Pure computation, no cluster: the fleet and workload of ``planner_bench`` — 10
 7,200 GPUs) and 50 servings of 20 groups each (1,000 groups: 12 decode groups of 1–3 trays and 8 single-tray
 prefill groups per serving, 1,600 trays wanted). ``planner.plan`` is timed on an inventory built once, as the
 operator calls it per reconcile (median of repeated runs after one warm-up run). The same workload on the same
-fleet is then placed by the models in ``nvlfleet.baselines`` and scored with one yardstick: LWS exclusive
+fleet is then placed by the models in ``bench/baselines.py`` and scored with one yardstick: LWS exclusive
 topology (one group per rack, at best), and plain pod affinity, required (groups wait, never split) and
 preferred (groups split across racks instead of waiting).
 """
@@ -15,9 +15,10 @@ import dataclasses
 import statistics
 import time
 
+import baselines
 import planner_bench
 
-from nvlfleet import baselines, planner
+from nvlfleet.core import planner
 
 REPEATS = 30
 

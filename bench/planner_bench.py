@@ -11,7 +11,9 @@ import statistics
 import sys
 import time
 
-from nvlfleet import baselines, inventory, planner
+import baselines
+
+from nvlfleet.core import inventory, planner
 
 RACKS, TRAYS, GPUS = 100, 18, 4
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=GPUS)

@@ -22,7 +22,9 @@ from typing import Any
 import convergence
 from localcluster import fleet
 
-from nvlfleet import main, models, reconciler
+from nvlfleet.adapters import main
+from nvlfleet.api import models
+from nvlfleet.core import reconciler
 
 RACKS, PODS, REPEATS = 56, 1000, 30
 

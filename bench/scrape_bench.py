@@ -30,7 +30,8 @@ from pathlib import Path
 
 import prometheus_client
 
-from nvlfleet import models, telemetry
+from nvlfleet.adapters import telemetry
+from nvlfleet.api import models
 
 PRICING = models.PricingSpec.model_validate(
     {

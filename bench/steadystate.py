@@ -39,7 +39,7 @@ import convergence
 import proc
 from kubernetes import client
 
-from nvlfleet import reconciler
+from nvlfleet.core import reconciler
 
 RECHECK_SECONDS = 60.0
 # The unlabelled histogram's count: the per-serving nvlfleet_reconcile_total series is dropped whenever telemetry

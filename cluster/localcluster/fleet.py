@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from localcluster import components, versions
-from nvlfleet import hardware
+from nvlfleet.facts import hardware
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_COUNT = "nvidia.com/gpu.count"
@@ -50,7 +50,7 @@ _UUID_NAMESPACE = uuid.UUID("5b0f3c1e-9a4d-4c61-8f59-6a1f2f6c7e01")
 
 @dataclasses.dataclass(frozen=True)
 class GpuModel:
-    """What one node of a given GPU type looks like: nvlfleet's hardware facts (``nvlfleet.hardware``, the one
+    """What one node of a given GPU type looks like: nvlfleet's hardware facts (``nvlfleet.facts.hardware``, the one
     source of GPU shapes) plus what only a simulated node needs (GFD's family label, the host's CPU side)."""
 
     name: str

@@ -29,7 +29,9 @@ from kubernetes.client.rest import ApiException
 from localcluster import computedomains
 
 from localdemo import workload
-from nvlfleet import models, render, vllmsim
+from nvlfleet.api import models
+from nvlfleet.core import render
+from nvlfleet.sim import vllmsim
 
 log = logging.getLogger("localdemo.agent")
 

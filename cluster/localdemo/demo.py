@@ -41,7 +41,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import binaries, cluster, computedomains, fleet
 
-from nvlfleet import inventory, models, render
+from nvlfleet.api import models
+from nvlfleet.core import inventory, render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = tuple(sorted((REPO / "examples").glob("gb*.yaml")))  # the demo has no H200 nodes

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from nvlfleet import models, profiles, vllmsim
+from nvlfleet.api import models
+from nvlfleet.core import profiles
+from nvlfleet.sim import vllmsim
 
 # Announced GB300 figure (vLLM, 2026-10-21), split as pricing.md's check value.
 ANNOUNCED_GB300_CACHED_INPUT = 986_900.0

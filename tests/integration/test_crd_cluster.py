@@ -4,7 +4,7 @@
   estimates the CEL cost of every rule; an unbounded rule refuses the whole CRD).
 - Every example is accepted, and what the API server stores (after its defaults) gives the tuning profile the
   same choices as the file (fields the profile decides are not defaulted server-side).
-- Invalid objects are refused at the field, with the CEL message, and ``nvlfleet.validation`` refuses the same
+- Invalid objects are refused at the field, with the CEL message, and ``nvlfleet.core.validation`` refuses the same
   objects at the same field: offline validation and admission agree.
 - ``kubectl explain`` reads the descriptions; the scale subresource scales decode groups.
 """
@@ -23,7 +23,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from nvlfleet import models, profiles, validation
+from nvlfleet.api import models
+from nvlfleet.core import profiles, validation
 
 pytestmark = pytest.mark.integration
 

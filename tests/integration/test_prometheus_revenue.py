@@ -16,7 +16,9 @@ import time
 import localprometheus  # cluster/ is on the path (Makefile, or tests/integration/conftest.py)
 import pytest
 
-from nvlfleet import models, telemetry, vllmsim
+from nvlfleet.adapters import telemetry
+from nvlfleet.api import models
+from nvlfleet.sim import vllmsim
 
 pytestmark = pytest.mark.integration
 

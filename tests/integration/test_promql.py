@@ -34,7 +34,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from nvlfleet import alerts, dashboards, models, render
+from nvlfleet.api import models
+from nvlfleet.artifacts import alerts, dashboards
+from nvlfleet.core import render
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
 

@@ -31,7 +31,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
 import servingbuilder as sb
 from localcluster import fleet as fleets
 
-from nvlfleet import inventory, models, planner, render
+from nvlfleet.api import models
+from nvlfleet.core import inventory, planner, render
 
 pytestmark = pytest.mark.integration
 

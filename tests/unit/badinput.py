@@ -2,7 +2,7 @@
 
 Two sources, so the examples are not just the ones somebody thought of:
 
-- ``schema_violations()`` walks the generated CRD schema (``nvlfleet.crd.definition()``, the one the API server
+- ``schema_violations()`` walks the generated CRD schema (``nvlfleet.api.crd.definition()``, the one the API server
   enforces) and, at a random field, breaks one of its constraints: below ``minimum``, above ``maximum``, longer
   than ``maxLength``, outside ``enum``, off ``pattern`` (with shell metacharacters, unicode, blanks), the wrong
   JSON type, or a field name the schema does not know.
@@ -27,7 +27,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from nvlfleet import crd, hardware, render
+from nvlfleet.api import crd
+from nvlfleet.core import render
+from nvlfleet.facts import hardware
 
 GB200 = hardware.generation("GB200")
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env"}

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import servingbuilder as sb
 
-from nvlfleet import models, render
+from nvlfleet.api import models
+from nvlfleet.core import render
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"

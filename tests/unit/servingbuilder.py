@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvlfleet import models
+from nvlfleet.api import models
 
 MODELS = {
     "deepseek-v4.1": "deepseek-ai/DeepSeek-V4.1-Flash",

@@ -17,7 +17,8 @@ import servingbuilder as sb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import models, render, validation
+from nvlfleet.api import models
+from nvlfleet.core import render, validation
 
 FREE_TEXT_FLAGS = ["--root-path", "--chat-template", "--response-role", "--middleware", "--generation-config"]
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import fleetbuilder as fb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import baselines, inventory, planner
+from nvlfleet.core import inventory, planner
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+
+import baselines
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
 GPUS_PER_NODE = 4

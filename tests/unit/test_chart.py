@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import nvlfleet
-from nvlfleet import alerts, dashboards
+from nvlfleet.artifacts import alerts, dashboards
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
@@ -351,7 +351,7 @@ def _openssl(*args: str, stdin: bytes | None = None) -> str:
 
 
 def test_the_webhook_calls_the_operators_handler_through_its_service(helm: pathlib.Path) -> None:
-    from nvlfleet import main
+    from nvlfleet.adapters import main
 
     objects = render(helm)
     (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]

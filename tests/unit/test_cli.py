@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import cli, crd
+from nvlfleet import cli
+from nvlfleet.api import crd
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "gb200-wide-ep-throughput.yaml"

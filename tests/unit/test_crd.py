@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from nvlfleet import crd, models, profiles
+from nvlfleet.api import crd, models
+from nvlfleet.core import profiles
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "nvlfleet.io_deepseekservings.yaml"

@@ -20,7 +20,10 @@ import pytest
 import yaml
 from prometheus_client import parser
 
-from nvlfleet import alerts, dashboards, models, telemetry, vllmsim
+from nvlfleet.adapters import telemetry
+from nvlfleet.api import models
+from nvlfleet.artifacts import alerts, dashboards
+from nvlfleet.sim import vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
@@ -148,7 +151,7 @@ def test_every_nvlfleet_metric_in_the_dashboards_and_alerts_is_exported_by_telem
 ) -> None:
     used = {name: where for where, expr in every_expression() for name in NVLFLEET_NAME.findall(expr)}
     missing = {name: where for name, where in used.items() if name not in exported_samples}
-    assert missing == {}, f"not exported by nvlfleet.telemetry: {missing}"
+    assert missing == {}, f"not exported by nvlfleet.adapters.telemetry: {missing}"
 
 
 def test_every_vllm_metric_in_the_dashboards_is_one_the_pinned_vllm_exposes() -> None:

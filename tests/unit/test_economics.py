@@ -9,7 +9,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from nvlfleet import economics, models, problems
+from nvlfleet.api import models, problems
+from nvlfleet.core import economics
 
 UTC = datetime.UTC
 MILLION = 1_000_000

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nvlfleet import cli, vllmsim
+from nvlfleet import cli
+from nvlfleet.sim import vllmsim
 
 MILLION = 1_000_000
 # V4.1-Flash peak prices; off-peak is half (shared/reference/pricing.md).

@@ -8,7 +8,9 @@ import pathlib
 import pytest
 import yaml
 
-from nvlfleet import economics, facts, hardware, models, profiles, validation
+from nvlfleet.api import models
+from nvlfleet.core import economics, profiles, validation
+from nvlfleet.facts import facts, hardware
 
 EXAMPLES = sorted((pathlib.Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

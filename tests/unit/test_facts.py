@@ -6,12 +6,12 @@ import pathlib
 
 import pytest
 
-from nvlfleet import facts, hardware
+from nvlfleet.facts import facts, hardware
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # CI keeps a read-only copy of shared/ beside the clone; so does every developer checkout.
 REFERENCE = REPO.parent / "shared" / "reference"
-PACKAGE_DATA = REPO / "operator" / "nvlfleet" / "data" / "vllm"
+PACKAGE_DATA = REPO / "operator" / "nvlfleet" / "facts" / "data" / "vllm"
 COPIED = ("cli-flags.json", "env-vars.json", "facts.json")
 
 
@@ -84,7 +84,7 @@ def test_every_alias_names_an_existing_flag(f: facts.Facts) -> None:
 
 
 def test_families_cover_every_model_family_of_the_api(f: facts.Facts) -> None:
-    from nvlfleet import models
+    from nvlfleet.api import models
 
     assert set(f.families) == {family.value for family in models.ModelFamily}
     v41 = f.family("deepseek-v4.1")

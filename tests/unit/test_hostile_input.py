@@ -12,7 +12,9 @@ from kopf._cogs.clients import api as kopf_api
 from kopf._kits import webhooks as kopf_webhooks
 from servingbuilder import serving_dict as serving
 
-from nvlfleet import decoding, kube, nesting, validation
+from nvlfleet.adapters import decoding, kube
+from nvlfleet.api import nesting
+from nvlfleet.core import validation
 
 
 def deep_json(levels: int, leaf: str = "1") -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import fleetbuilder as fb
 import pytest
 
-from nvlfleet import inventory, problems
+from nvlfleet.api import problems
+from nvlfleet.core import inventory
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
 H200 = inventory.NodeRequirements(gpu_product="NVIDIA-H200", gpus_per_node=8, scope="node")

@@ -9,7 +9,8 @@ import pydantic
 import pytest
 import yaml
 
-from nvlfleet import hardware, models
+from nvlfleet.api import models
+from nvlfleet.facts import hardware
 
 EXAMPLES = sorted((pathlib.Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

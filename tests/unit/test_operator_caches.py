@@ -12,7 +12,8 @@ from typing import Any
 import fleetbuilder as fb
 import servingbuilder as sb
 
-from nvlfleet import main, reconciler
+from nvlfleet.adapters import main
+from nvlfleet.core import reconciler
 
 
 def lws(name: str, replicas: int, version: str, uid: str = "uid-1", namespace: str = "team") -> dict[str, Any]:

@@ -10,7 +10,8 @@ import fleetbuilder as fb
 import pytest
 import yaml
 
-from nvlfleet import cli, inventory
+from nvlfleet import cli
+from nvlfleet.core import inventory
 
 NODES = fb.DATA / "nodes-gb200-4racks.yaml"
 TRAYS = 18

@@ -10,7 +10,9 @@ import servingbuilder as sb
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvlfleet import facts, hardware, models, problems, profiles, validation
+from nvlfleet.api import models, problems
+from nvlfleet.core import profiles, validation
+from nvlfleet.facts import facts, hardware
 
 DECODE = models.RoleName.DECODE
 PREFILL = models.RoleName.PREFILL
@@ -146,7 +148,7 @@ def test_fused_moe_ep_backend_drops_the_all2all_and_eplb_it_cannot_use() -> None
 def test_consequences_never_undo_an_explicit_choice() -> None:
     t = tuning(kernels={"moeBackend": "flashinfer_moe_ep_mega_deep_gemm", ALL2ALL: "deepep_high_throughput"})
 
-    assert t.all2all_backend == "deepep_high_throughput"  # nvlfleet.validation reports the conflict
+    assert t.all2all_backend == "deepep_high_throughput"  # nvlfleet.core.validation reports the conflict
 
 
 def test_explicit_expert_parallelism_on_a_latency_tray_turns_off_specialized_decode() -> None:

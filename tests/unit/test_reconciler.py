@@ -15,7 +15,7 @@ from typing import Any
 import fleetbuilder as fb
 import servingbuilder as sb
 
-from nvlfleet import inventory, planner, reconciler, render, validation
+from nvlfleet.core import inventory, planner, reconciler, render, validation
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)

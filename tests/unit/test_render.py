@@ -19,7 +19,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import cli, facts, hardware, inventory, models, planner, problems, profiles, render, validation
+from nvlfleet import cli
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, planner, profiles, render, validation
+from nvlfleet.facts import facts, hardware
 
 FACTS = facts.load("0.33.0")
 K8S_VERSION = "1.37.0"

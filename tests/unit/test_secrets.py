@@ -25,7 +25,8 @@ import servingbuilder as sb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import models, problems, reconciler, render, validation
+from nvlfleet.api import models, problems
+from nvlfleet.core import reconciler, render, validation
 
 # Shaped like real credentials (these are not real ones): a Hugging Face token, an OpenAI-style key, a GitHub
 # token, an AWS access key id, a JWT.

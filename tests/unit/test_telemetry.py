@@ -19,7 +19,9 @@ import prometheus_client
 import pytest
 from prometheus_client import parser
 
-from nvlfleet import models, problems, telemetry, vllmsim
+from nvlfleet.adapters import telemetry
+from nvlfleet.api import models, problems
+from nvlfleet.sim import vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # 2026-10-20 16:30:00 UTC: the off-peak window below starts here; scenarios before it pay full price.

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet import models, validation
+from nvlfleet.api import models
+from nvlfleet.core import validation
 
 HF_TOKEN = "hf_" + "a1B2c3D4e5" * 4  # shaped like a real token; not one
 DELETE = object()
@@ -855,7 +856,7 @@ def test_every_api_pattern_has_a_meaning_for_messages() -> None:
 
 
 def test_every_owned_flag_exists_in_the_pinned_vllm() -> None:
-    from nvlfleet import facts
+    from nvlfleet.facts import facts
 
     dests = {flag.dest for flag in facts.load().flags.values()}
     assert set(validation.OWNED_FLAGS) <= dests, set(validation.OWNED_FLAGS) - dests

@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 from prometheus_client import parser
 
-from nvlfleet import vllmsim
 from nvlfleet.commands import simulate
+from nvlfleet.sim import vllmsim
 
 T0 = 1_790_000_000.0  # any fixed wall-clock second
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nvlfleet import crd
+from nvlfleet.api import crd
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

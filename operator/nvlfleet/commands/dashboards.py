@@ -1,8 +1,8 @@
 """``nvlfleet dashboards --out CHART_DIR``: write the generated Grafana dashboards and Prometheus alerts.
 
 Run by ``make generated`` (which also copies the generated CRD into the chart). Writes
-``CHART_DIR/dashboards/*.json`` (``nvlfleet.dashboards``) and ``CHART_DIR/files/nvlfleet.rules.yaml``
-(``nvlfleet.alerts``); the Helm chart turns them into sidecar ConfigMaps and a PrometheusRule, and a unit test
+``CHART_DIR/dashboards/*.json`` (``nvlfleet.artifacts.dashboards``) and ``CHART_DIR/files/nvlfleet.rules.yaml``
+(``nvlfleet.artifacts.alerts``); the Helm chart turns them into sidecar ConfigMaps and a PrometheusRule, and a unit test
 fails while the committed files differ from what this writes. Exit code 0, or 1 if CHART_DIR cannot be written.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import pathlib
 import sys
 
-from nvlfleet import alerts, dashboards
+from nvlfleet.artifacts import alerts, dashboards
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,7 +30,9 @@ from typing import Any
 import pydantic
 import yaml
 
-from nvlfleet import economics, models, problems, telemetry
+from nvlfleet.adapters import telemetry
+from nvlfleet.api import models, problems
+from nvlfleet.core import economics
 
 
 class BadInput(Exception):

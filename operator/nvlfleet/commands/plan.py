@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 import pydantic
 import yaml
 
-from nvlfleet import inventory, models, planner, problems
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, planner
 
 _T = TypeVar("_T")
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from nvlfleet import inventory, models, planner, problems, profiles, render, validation
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, planner, profiles, render, validation
 
 
 class BadInput(Exception):

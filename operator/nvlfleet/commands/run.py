@@ -1,8 +1,9 @@
 """``nvlfleet run``: run the operator (kopf) against the current cluster.
 
-The flags become ``NVLFLEET_*`` settings read by ``nvlfleet.main`` (so ``kopf run -m nvlfleet.main`` and this
-command run the same operator), then kopf starts cluster-wide: nodes and GPU pods are always watched everywhere
-because a rack's free capacity is a cluster fact; ``--namespace`` limits which DeepSeekServings are reconciled.
+The flags become ``NVLFLEET_*`` settings read by ``nvlfleet.adapters.main`` (so
+``kopf run -m nvlfleet.adapters.main`` and this command run the same operator), then kopf starts cluster-wide:
+nodes and GPU pods are always watched everywhere because a rack's free capacity is a cluster fact;
+``--namespace`` limits which DeepSeekServings are reconciled.
 
 Leader election (``--leader-election-lease``) uses a ``coordination.k8s.io`` Lease, the way controller-runtime
 does: a replica starts kopf only once it holds the Lease, renews it every few seconds, and stops (exit 1, so
@@ -26,7 +27,7 @@ import time
 
 from aiohttp import web
 
-from nvlfleet import kube, telemetry
+from nvlfleet.adapters import kube, telemetry
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
 RENEW_SECONDS = 5  # how often the leader renews
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     }
     os.environ.update(settings)
     if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # read by kopf's login and by nvlfleet.kube
+        os.environ["KUBECONFIG"] = args.kubeconfig  # read by kopf's login and by nvlfleet.adapters.kube
     import kopf
 
     kopf.configure(verbose=args.log_level == "debug", quiet=args.log_level in ("warning", "error"))
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> int:
     import kopf
 
-    from nvlfleet import main  # after the settings are set: importing registers the handlers
+    from nvlfleet.adapters import main  # after the settings are set: importing registers the handlers
 
     stop = asyncio.Event()
     lost = asyncio.Event()

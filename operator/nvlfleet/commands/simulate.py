@@ -23,7 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
-from nvlfleet import vllmsim
+from nvlfleet.sim import vllmsim
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

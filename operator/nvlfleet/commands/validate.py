@@ -1,6 +1,6 @@
 """``nvlfleet validate -f FILE [-f FILE ...]``: check DeepSeekServing files offline, before anything is applied.
 
-Runs ``nvlfleet.validation`` on every DeepSeekServing document of every file (multi-document YAML; ``-f -`` reads
+Runs ``nvlfleet.core.validation`` on every DeepSeekServing document of every file (multi-document YAML; ``-f -`` reads
 stdin) and prints one line per problem::
 
     FILE[#doc] namespace/name: spec.path: message          (an error: the serving would be refused)
@@ -21,7 +21,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from nvlfleet import models, validation
+from nvlfleet.api import models
+from nvlfleet.core import validation
 
 STDIN = "-"
 

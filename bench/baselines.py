@@ -1,8 +1,9 @@
 """What the same fleet would get from the placement tools nvlfleet replaces, next to what nvlfleet gets.
 
-Pure core, beside ``planner``; used by tests, benchmarks and docs to show the difference in numbers. Three
-engines place one workload (a list of ``planner.Demand``) on one ``inventory.Inventory``, group by group in the
-planner's order, and are scored node by node with the same yardstick (``Outcome``):
+A pure model beside ``nvlfleet.core.planner``, kept out of the package because only benchmarks, their tests and
+the docs use it, to show the difference in numbers. Three engines place one workload (a list of
+``planner.Demand``) on one ``inventory.Inventory``, group by group in the planner's order, and are scored node by
+node with the same yardstick (``Outcome``):
 
 * **nvlfleet**: ``planner.plan``; groups it cannot place are not created, so nothing is left Pending.
 * **LWS exclusive topology** (``leaderworkerset.sigs.k8s.io/exclusive-topology: <domain label>``): every group
@@ -38,7 +39,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
-from nvlfleet import inventory, planner
+from nvlfleet.core import inventory, planner
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,9 @@ from typing import Any
 
 import pydantic
 
-from nvlfleet import economics, facts, hardware, models, nesting, problems, profiles
+from nvlfleet.api import models, nesting, problems
+from nvlfleet.core import economics, profiles
+from nvlfleet.facts import facts, hardware
 
 Problem = problems.Problem
 

@@ -99,7 +99,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nvlfleet import facts, hardware, inventory, models, problems, profiles
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, profiles
+from nvlfleet.facts import facts, hardware
 
 Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
 Manifest = dict[str, Any]
@@ -700,7 +702,7 @@ def render(serving: models.DeepSeekServing, placement: Placement | None = None) 
 
     ``placement`` is ``{role: {domain value: groups}}`` from the planner; ``None`` renders every role unpinned.
     A role missing from a given placement has no LeaderWorkerSet (nothing placed). Raises
-    ``problems.InvalidSpec`` for anything it cannot honour; a spec that passed ``nvlfleet.validation`` and a
+    ``problems.InvalidSpec`` for anything it cannot honour; a spec that passed ``nvlfleet.core.validation`` and a
     planner placement never make it raise otherwise.
     """
     found = problems_for(serving, placement)

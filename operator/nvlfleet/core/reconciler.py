@@ -6,11 +6,11 @@ Pure core, the heart of the operator's data flow:
       → validate → inventory → plan → render → diff against what is there
       → Decision (objects to apply, objects to delete, the status patch, the events)
 
-``nvlfleet.main`` gathers the snapshot through ``nvlfleet.kube`` and carries the decision out; this module does
-no I/O, reads no clock (``now`` is an input) and never raises on bad input: a spec it cannot honour becomes a
-condition with a sentence a person understands. Running it twice on the same snapshot gives the same decision,
-and on the state its own decision produced it decides nothing (no writes, no events): that is what makes the
-periodic re-check free.
+``nvlfleet.adapters.main`` gathers the snapshot through ``nvlfleet.adapters.kube`` and carries the decision
+out; this module does no I/O, reads no clock (``now`` is an input) and never raises on bad input: a spec it
+cannot honour becomes a condition with a sentence a person understands. Running it twice on the same snapshot
+gives the same decision, and on the state its own decision produced it decides nothing (no writes, no events):
+that is what makes the periodic re-check free.
 
 Decisions worth knowing:
 
@@ -43,7 +43,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from nvlfleet import hardware, inventory, models, planner, problems, render, validation
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, planner, render, validation
+from nvlfleet.facts import hardware
 
 MANAGED_BY_LABEL = render.MANAGED_BY_LABEL
 MANAGED_BY = render.MANAGED_BY

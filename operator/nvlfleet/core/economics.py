@@ -30,7 +30,7 @@ import datetime
 import math
 from collections.abc import Iterator, Sequence
 
-from nvlfleet import models, problems
+from nvlfleet.api import models, problems
 
 SECONDS_PER_DAY = 86_400
 SECONDS_PER_HOUR = 3_600

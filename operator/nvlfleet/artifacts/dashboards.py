@@ -36,10 +36,10 @@ import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from nvlfleet import facts
+from nvlfleet.facts import facts
 
 # ---------------------------------------------------------------------------------------------------------------
-# Metric names. nvlfleet_*: exported by nvlfleet.telemetry (tests/unit/test_dashboards.py proves each one is).
+# Metric names. nvlfleet_*: exported by nvlfleet.adapters.telemetry (tests/unit/test_dashboards.py proves each one is).
 
 TOKENS_PER_SECOND = "nvlfleet_tokens_per_second"  # {kind=prompt|prompt_cached|generation}
 TOKENS_PER_SECOND_PER_GPU = "nvlfleet_tokens_per_second_per_gpu"

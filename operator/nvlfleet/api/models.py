@@ -1,13 +1,13 @@
 """The DeepSeekServing API (group ``nvlfleet.io``, version ``v1alpha1``) as typed pydantic models.
 
-This module is the single source of the API: the CRD in ``crds/`` is generated from it (``nvlfleet.crd``), the
+This module is the single source of the API: the CRD in ``crds/`` is generated from it (``nvlfleet.api.crd``), the
 validator and the renderer read it, and the operator parses every object it sees with it. It sits at the very
 start of the data flow (spec → validate → plan → render → apply → status) and is pure: no Kubernetes client, no
 kopf, no clock.
 
 Field names are snake_case in Python and camelCase on the wire. Every field carries a description because those
 descriptions become ``kubectl explain deepseekserving.spec...``. Shape and range checks live here (they become
-the CRD's OpenAPI schema and CEL rules); cross-field and fact-based checks live in ``nvlfleet.validation``.
+the CRD's OpenAPI schema and CEL rules); cross-field and fact-based checks live in ``nvlfleet.core.validation``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal
 import pydantic
 from pydantic import alias_generators
 
-from nvlfleet import hardware
+from nvlfleet.facts import hardware
 
 GROUP = "nvlfleet.io"
 VERSION = "v1alpha1"

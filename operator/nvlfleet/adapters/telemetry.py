@@ -48,7 +48,9 @@ from aiohttp import web
 from prometheus_client import metrics_core
 from prometheus_client import parser as prom_parser
 
-from nvlfleet import economics, facts, models, problems
+from nvlfleet.api import models, problems
+from nvlfleet.core import economics
+from nvlfleet.facts import facts
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ class Generation:
 @functools.cache
 def generations() -> dict[str, Generation]:
     """Every known generation by name (GB200, GB300, B200, H200)."""
-    raw = yaml.safe_load(resources.files("nvlfleet").joinpath("data/hardware.yaml").read_text())
+    raw = yaml.safe_load(resources.files("nvlfleet.facts").joinpath("data/hardware.yaml").read_text())
     return {
         name: Generation(
             name=name,

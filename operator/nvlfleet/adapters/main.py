@@ -42,7 +42,7 @@ Choices worth knowing:
 * **Missing prerequisites** (the LWS or ComputeDomain API not installed) are a condition on the serving, not an
   exception, so nothing crash-loops; the re-check notices when the API appears.
 
-``kopf run -m nvlfleet.main`` works with settings from the environment (``NVLFLEET_*``, see ``Config``);
+``kopf run -m nvlfleet.adapters.main`` works with settings from the environment (``NVLFLEET_*``, see ``Config``);
 ``nvlfleet run`` sets them from its flags.
 """
 
@@ -67,7 +67,9 @@ from typing import Any
 
 import kopf
 
-from nvlfleet import decoding, inventory, kube, models, problems, reconciler, telemetry, validation
+from nvlfleet.adapters import decoding, kube, telemetry
+from nvlfleet.api import models, problems
+from nvlfleet.core import inventory, reconciler, validation
 
 log = logging.getLogger("nvlfleet")
 
@@ -633,7 +635,7 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
 
 @kopf.on.login()
 def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
-    """kopf and nvlfleet.kube connect with the same credentials: $KUBECONFIG (read now, not at import time, so
+    """kopf and nvlfleet.adapters.kube connect with the same credentials: $KUBECONFIG (read now, not at import time, so
     ``nvlfleet run --kubeconfig`` works), ~/.kube/config, or the in-cluster ServiceAccount."""
     config = kube.connect(os.environ.get("KUBECONFIG") or None).configuration
     header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")

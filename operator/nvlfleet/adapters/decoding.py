@@ -20,7 +20,7 @@ import logging
 import types
 from typing import Any
 
-from nvlfleet import nesting
+from nvlfleet.api import nesting
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Data flow: … → render → **apply → prune → status** (and the reads that feed inventory and the reconciler).
 Everything here is a thin, synchronous call on the official ``kubernetes`` client's connection (auth, TLS and
-kubeconfig handling come from it); ``nvlfleet.main`` runs these calls in a worker thread so kopf's event loop
-never blocks. No decisions are taken here: ``nvlfleet.reconciler`` decides, this module carries it out.
+kubeconfig handling come from it); ``nvlfleet.adapters.main`` runs these calls in a worker thread so kopf's event loop
+never blocks. No decisions are taken here: ``nvlfleet.core.reconciler`` decides, this module carries it out.
 
 Rules this module enforces, whoever calls it:
 
@@ -32,7 +32,8 @@ from typing import Any
 import kubernetes
 import urllib3
 
-from nvlfleet import decoding, reconciler
+from nvlfleet.adapters import decoding
+from nvlfleet.core import reconciler
 
 FIELD_MANAGER = "nvlfleet"
 COMPONENT = "nvlfleet"

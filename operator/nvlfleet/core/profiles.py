@@ -12,7 +12,7 @@ generation, goal, role, multi-node, data/expert parallel, tensor size, NVLink fa
 setting carries a one-line ``why`` citing its source. Rules apply in order (common first, then the family), later
 ones win. Then the spec's explicit choices are merged over them, then ``consequences`` fix settings the merge
 left inconsistent (only settings the user did not choose; a conflict with an explicit choice is reported by
-``nvlfleet.validation``). Finally two values are computed rather than looked up:
+``nvlfleet.core.validation``). Finally two values are computed rather than looked up:
 
 - redundant experts ``r``: the smallest ``r >= eplb.min_redundant_experts`` with ``(experts + r) % EP == 0``
   (README §3 EPLB rule), EP being tensor × data, the routed-expert count coming from ``nvlfleet.facts`` (the
@@ -41,7 +41,8 @@ from typing import Any, TypeAlias
 
 import yaml
 
-from nvlfleet import facts, hardware, models, problems
+from nvlfleet.api import models, problems
+from nvlfleet.facts import facts, hardware
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
@@ -297,13 +298,13 @@ def _rules(raw: Any, source: str, *, consequence: bool) -> tuple[Rule, ...]:
 
 
 def _read_yaml(*parts: str) -> Any:
-    return yaml.safe_load(resources.files("nvlfleet").joinpath(_PROFILES_DIR, *parts).read_text())
+    return yaml.safe_load(resources.files("nvlfleet.facts").joinpath(_PROFILES_DIR, *parts).read_text())
 
 
 @functools.cache
 def dialects() -> tuple[Dialect, ...]:
     """Every vLLM dialect shipped in the package data, newest first."""
-    root = resources.files("nvlfleet").joinpath(_PROFILES_DIR)
+    root = resources.files("nvlfleet.facts").joinpath(_PROFILES_DIR)
     found: list[Dialect] = []
     for entry in root.iterdir():
         if not entry.is_dir() or not entry.joinpath("dialect.yaml").is_file():
@@ -555,7 +556,7 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
     """The settings one role's engine group runs with: profile rules, then the spec's choices, then consequences.
 
     Raises ``problems.InvalidSpec`` only for what no profile can honour (unknown vLLM version, absent role);
-    everything else that can be wrong with the result is for ``nvlfleet.validation`` to report.
+    everything else that can be wrong with the result is for ``nvlfleet.core.validation`` to report.
     """
     dialect = dialect_for(spec.runtime.vllm_version)
     profile = family_profile(dialect.name, spec.model.family)

@@ -34,7 +34,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import metrics_core
 
-from nvlfleet import facts
+from nvlfleet.facts import facts
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"

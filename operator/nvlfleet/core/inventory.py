@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from nvlfleet import models, problems
+from nvlfleet.api import models, problems
 
 DEFAULT_DOMAIN_LABEL = models.DEFAULT_DOMAIN_LABEL
 PRODUCT_LABEL = "nvidia.com/gpu.product"

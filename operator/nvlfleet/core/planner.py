@@ -47,7 +47,9 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet import hardware, inventory, models
+from nvlfleet.api import models
+from nvlfleet.core import inventory
+from nvlfleet.facts import hardware
 
 Strategy = Literal["pack", "spread"]
 

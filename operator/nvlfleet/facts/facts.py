@@ -20,7 +20,7 @@ API::
     f.speculative_methods, f.mtp_aliases                # every method vLLM accepts; aliases rewritten to mtp
     f.all2all_backends, f.moe_backends, f.kv_cache_dtypes, f.cudagraph_modes
     f.family("deepseek-v4.1") -> Family                 # speculative methods, attention backends, expert counts
-    f.rules -> tuple[Rule, ...]                         # evaluated by nvlfleet.validation
+    f.rules -> tuple[Rule, ...]                         # evaluated by nvlfleet.core.validation
     f.raw -> facts.json as a dict                       # anything else the reference says
 
 Flags are identified by their canonical long spelling and by argparse ``dest``; a boolean flag also says which
@@ -159,7 +159,7 @@ class Rule:
     severity: Severity
     when: Mapping[str, Matcher]
     require: Mapping[str, Matcher]  # empty: the rule forbids what `when` describes
-    check: str | None  # a named check implemented in nvlfleet.validation, instead of `require`
+    check: str | None  # a named check implemented in nvlfleet.core.validation, instead of `require`
     message: str  # a str.format template over settings, plus {requirement}
     reason: str
     source: str
@@ -357,7 +357,7 @@ class Facts:
 
 def versions() -> list[str]:
     """The vLLM versions nvlfleet has facts for, oldest first."""
-    root = resources.files("nvlfleet").joinpath(_DATA)
+    root = resources.files("nvlfleet.facts").joinpath(_DATA)
     found = [p.name for p in root.iterdir() if p.is_dir() and p.joinpath("rules.yaml").is_file()]
     return sorted(found, key=lambda v: tuple(int(x) if x.isdigit() else 0 for x in v.split(".")))
 
@@ -367,7 +367,7 @@ def load(version: str = DEFAULT_VERSION) -> Facts:
     """The facts of vLLM ``version``; raises UnknownVersion when nvlfleet has none."""
     if version not in versions():
         raise UnknownVersion(version)
-    folder = resources.files("nvlfleet").joinpath(f"{_DATA}/{version}")
+    folder = resources.files("nvlfleet.facts").joinpath(f"{_DATA}/{version}")
     cli = json.loads(folder.joinpath("cli-flags.json").read_text())
     env = json.loads(folder.joinpath("env-vars.json").read_text())
     raw = json.loads(folder.joinpath("facts.json").read_text())
