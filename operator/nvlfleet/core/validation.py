@@ -47,7 +47,7 @@ from typing import Any
 import pydantic
 
 from nvlfleet.api import models, nesting, problems
-from nvlfleet.core import economics, profiles
+from nvlfleet.core import economics, profile_data, profiles
 from nvlfleet.facts import facts, hardware
 
 Problem = problems.Problem
@@ -852,7 +852,7 @@ def _check_effective(
             for problem in err.problems:
                 out.error(problem.path, problem.message)
             return
-        except profiles.ProfileError as err:
+        except profile_data.ProfileError as err:
             out.error("spec", f"the tuning profile for this spec is broken (an nvlfleet bug, please report): {err}")
             return
         settings = _settings(spec, role, tuning, args, env)
