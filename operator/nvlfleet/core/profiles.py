@@ -10,8 +10,8 @@ one-line ``why`` citing its source); which settings exist, which spec field choo
 attribute holds it is ``settings.TABLE``. ``effective`` takes the steps in order: the profile rules matching the
 group's context (common first, then the family; later ones win), the spec's explicit choices merged over them,
 then ``consequences`` fix settings the merge left inconsistent (only settings the user did not choose; a
-conflict with an explicit choice is reported by
-``nvlfleet.core.validation``). Finally two values are computed rather than looked up:
+conflict with an explicit choice is reported by ``nvlfleet.core.validation``). Finally two values are computed
+rather than looked up:
 
 - redundant experts ``r``: the smallest ``r >= eplb.min_redundant_experts`` with ``(experts + r) % EP == 0``
   (README §3 EPLB rule), EP being tensor × data, the routed-expert count coming from ``nvlfleet.facts`` (the
