@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, problems
-from nvlfleet.core import profiles, validation
+from nvlfleet.core import profile_data, profiles, settings, validation
 from nvlfleet.facts import facts, hardware
 
 DECODE = models.RoleName.DECODE
@@ -76,7 +76,7 @@ def test_gb200_latency_tray_leaves_kernels_to_vllm() -> None:
 
 def test_every_setting_has_a_reason_citing_its_source() -> None:
     t = tuning()
-    for key in profiles.SETTING_KEYS | {f"env.{name}" for name, _ in t.env}:
+    for key in settings.PROFILE_KEYS | {f"env.{name}" for name, _ in t.env}:
         reason = t.reasons[key]
         assert reason.why.strip() and reason.source, key
     assert "README" in t.reasons["all2all_backend"].why
@@ -133,7 +133,7 @@ def test_spec_kernels_override_the_profile_and_say_where_from() -> None:
     t = tuning(kernels={ALL2ALL: "deepep_high_throughput", "kvCacheDtype": "fp8"})
 
     assert (t.all2all_backend, t.kv_cache_dtype) == ("deepep_high_throughput", "fp8")
-    assert t.reasons["all2all_backend"] == profiles.Reason("chosen in the spec", f"spec.kernels.{ALL2ALL}")
+    assert t.reasons["all2all_backend"] == profile_data.Reason("chosen in the spec", f"spec.kernels.{ALL2ALL}")
     assert t.user_set >= {"all2all_backend", "kv_cache_dtype"}
 
 
@@ -227,13 +227,13 @@ def test_default_window_with_three_speculative_tokens() -> None:
 
 
 def test_every_dialect_flag_exists_in_the_facts() -> None:
-    for dialect in profiles.dialects():
+    for dialect in profile_data.dialects():
         for flag in [*dialect.flags.values(), *dialect.frontend_flags]:
             assert FACTS.flag(flag).name == flag
 
 
 def test_json_keys_are_fields_vllm_knows() -> None:
-    (dialect,) = profiles.dialects()
+    (dialect,) = profile_data.dialects()
     eplb_fields = set(FACTS.raw["expert_parallel"]["eplb"]["fields"])
     spec_fields = set(FACTS.raw["speculative_decoding"]["all_fields"])
     assert set(dialect.config_keys["eplb"].values()) <= eplb_fields

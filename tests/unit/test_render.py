@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 
 from nvlfleet import cli
 from nvlfleet.api import models, problems
-from nvlfleet.core import inventory, planner, profiles, render, validation
+from nvlfleet.core import inventory, planner, profile_data, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 
 FACTS = facts.load("0.33.0")
 K8S_VERSION = "1.37.0"
 ROOT = Path(__file__).resolve().parents[2]
 COMPUTE_DOMAIN_CRD = ROOT / "cluster/localcluster/data/computedomain-crd.yaml"
-DIALECT = profiles.dialects()[0]
+DIALECT = profile_data.dialects()[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------

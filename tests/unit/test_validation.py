@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet.api import models
+from nvlfleet.api import models, problems
 from nvlfleet.core import validation
+from nvlfleet.core.validation import escapes
 
 HF_TOKEN = "hf_" + "a1B2c3D4e5" * 4  # shaped like a real token; not one
 DELETE = object()
@@ -859,7 +860,7 @@ def test_every_owned_flag_exists_in_the_pinned_vllm() -> None:
     from nvlfleet.facts import facts
 
     dests = {flag.dest for flag in facts.load().flags.values()}
-    assert set(validation.OWNED_FLAGS) <= dests, set(validation.OWNED_FLAGS) - dests
+    assert set(escapes.OWNED_FLAGS) <= dests, set(escapes.OWNED_FLAGS) - dests
 
 
 # --- robustness: whatever is written where, validation answers with problems --------------------------------------
@@ -913,4 +914,4 @@ def test_no_input_makes_validation_raise(edits: list[tuple[tuple[str, ...], Any]
             node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else {}
         node[place[-1]] = value
     review = validation.review(obj)
-    assert all(isinstance(p, validation.Problem) for p in (*review.errors, *review.warnings))
+    assert all(isinstance(p, problems.Problem) for p in (*review.errors, *review.warnings))

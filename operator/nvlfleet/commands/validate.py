@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from nvlfleet.api import models
+from nvlfleet.api import models, problems
 from nvlfleet.core import validation
 
 STDIN = "-"
@@ -111,7 +111,7 @@ def _name(document: Any) -> str:
     return f"{namespace}/{metadata.get('name') or '<unnamed>'}"
 
 
-def _as_warning(problem: validation.Problem) -> str:
+def _as_warning(problem: problems.Problem) -> str:
     return f"{problem.path}: warning: {problem.message}" if problem.path else f"warning: {problem.message}"
 
 

@@ -1,8 +1,9 @@
 """The pure core: every decision nvlfleet takes, as functions of their inputs.
 
 Operator flow: inventory + spec → ``validation`` → ``inventory`` + ``planner`` (which NVLink domain each group
-goes to) → ``profiles`` + ``render`` (the manifests) → ``reconciler`` (what to apply, what to prune, which status
-to write). Telemetry flow: metrics → rates → ``economics`` ($, per GPU-hour) → gauges and status fields.
+goes to) → ``profiles`` (reading ``profile_data`` and the ``settings`` table) + ``render`` (the manifests) →
+``reconciler`` (what to apply, what to prune, which status to write). Telemetry flow: metrics → rates →
+``economics`` ($, per GPU-hour) → gauges and status fields.
 
 Where it sits: above ``nvlfleet.api`` and ``nvlfleet.facts``, which it may import; below the adapters, the
 simulator and the artifact generators, which it may not. No kopf, Kubernetes client, aiohttp, urllib, socket or
