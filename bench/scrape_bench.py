@@ -15,7 +15,7 @@ telemetry needs.
 
 ``--steady`` runs ``Scraper.run`` (the operator's own loop) for ``--rounds`` intervals after ``--warmup`` of
 them, renders the exposition once per interval as Prometheus would scrape it, and reads the gauges' age every
-second: staleness = now − the sample time behind the gauge. It prints one JSON object (``bench/telemetry.py``
+second: staleness = now − the sample time behind the gauge. It prints one JSON object (``bench/scrapecost.py``
 reads it); CPU is this process's, measured over the steady rounds only.
 """
 
@@ -30,8 +30,11 @@ from pathlib import Path
 
 import prometheus_client
 
-from nvlfleet.adapters import telemetry
+from nvlfleet.adapters.exporter import OperatorMetrics
+from nvlfleet.adapters.scraper import Scraper
+from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
+from nvlfleet.core.group_telemetry import Target
 
 PRICING = models.PricingSpec.model_validate(
     {
@@ -44,13 +47,12 @@ PRICING = models.PricingSpec.model_validate(
 PER_SERVING = 10
 
 
-def declare(scraper: telemetry.Scraper, urls: list[str], domains: int) -> list[tuple[str, str]]:
+def declare(scraper: Scraper, urls: list[str], domains: int) -> list[tuple[str, str]]:
     """Servings of ``PER_SERVING`` leaders over ``domains`` NVLink domains; returns their keys."""
     keys = []
     for first in range(0, len(urls), PER_SERVING):
         targets = [
-            telemetry.Target("decode", f"clique-{i % domains}", url, 8)
-            for i, url in enumerate(urls[first : first + PER_SERVING])
+            Target("decode", f"clique-{i % domains}", url, 8) for i, url in enumerate(urls[first : first + PER_SERVING])
         ]
         key = ("bench", f"s{first // PER_SERVING}")
         scraper.set_serving(*key, targets, pricing=PRICING)
@@ -59,8 +61,8 @@ def declare(scraper: telemetry.Scraper, urls: list[str], domains: int) -> list[t
 
 
 async def bench(urls: list[str], rounds: int, interval: float, concurrency: int) -> None:
-    metrics = telemetry.OperatorMetrics()
-    scraper = telemetry.Scraper(metrics, concurrency=concurrency, timeout=10.0)
+    metrics = OperatorMetrics()
+    scraper = Scraper(metrics, concurrency=concurrency, timeout=10.0)
     declare(scraper, urls, domains=4)
     try:
         for i in range(rounds):
@@ -83,8 +85,8 @@ async def bench(urls: list[str], rounds: int, interval: float, concurrency: int)
 
 async def steady(urls: list[str], interval: float, rounds: int, warmup: int, concurrency: int) -> dict[str, object]:
     """The scraper's own loop over every leader: CPU cores, round times, gauge staleness; see the docstring."""
-    metrics = telemetry.OperatorMetrics()
-    scraper = telemetry.Scraper(metrics, concurrency=concurrency, timeout=10.0)
+    metrics = OperatorMetrics()
+    scraper = Scraper(metrics, concurrency=concurrency, timeout=10.0)
     keys = declare(scraper, urls, domains=PER_SERVING)
     stop = asyncio.Event()
     loop = asyncio.create_task(scraper.run(interval, stop))
@@ -104,12 +106,12 @@ async def steady(urls: list[str], interval: float, rounds: int, warmup: int, con
             for key in keys:
                 for group in scraper.groups(*key):
                     staleness.append(at - group.measured_at if group.measured_at is not None else float("inf"))
-            last_round = metrics.registry.get_sample_value("nvlfleet_scrape_round_duration_seconds")
+            last_round = metrics.registry.get_sample_value(names.SCRAPE_ROUND_DURATION)
             if last_round is not None and (not round_seconds or round_seconds[-1] != last_round):
                 round_seconds.append(last_round)
             await asyncio.sleep(1.0)
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
-        up = metrics.registry.get_sample_value("nvlfleet_scrape_targets", {"state": "up"})
+        up = metrics.registry.get_sample_value(names.SCRAPE_TARGETS, {"state": "up"})
     finally:
         stop.set()
         await loop

@@ -2,7 +2,7 @@
 
 Two processes, so the leaders' cost is not counted as the operator's: ``nvlfleet simulate`` serves the simulated
 vLLM 0.33 endpoints (8 DP engines each), and ``bench/scrape_bench.py --steady`` runs the operator's scraper
-(``telemetry.Scraper.run``, the loop the operator runs) over all of them, renders the exposition once per interval
+(``Scraper.run``, the loop the operator runs) over all of them, renders the exposition once per interval
 as Prometheus would, and samples every gauge's age each second. CPU is the scraper process's own, over the steady
 rounds after a warm-up. The reference for staleness is the scrape interval itself: a gauge refreshed every 15 s
 is up to 15 s old plus the round's own duration, so the ratio says how much the round adds.

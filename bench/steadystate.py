@@ -39,12 +39,13 @@ import convergence
 import proc
 from kubernetes import client
 
+from nvlfleet.api import metric_names
 from nvlfleet.core import reconciler
 
 RECHECK_SECONDS = 60.0
 # The unlabelled histogram's count: the per-serving nvlfleet_reconcile_total series is dropped whenever telemetry
 # forgets a serving, which it does on every pass of a serving with monitoring.scrape false.
-PASSES = "nvlfleet_reconcile_duration_seconds_count"
+PASSES = metric_names.RECONCILE_DURATION + "_count"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,8 @@ from localcluster import computedomains
 from localcluster import fleet as fleets
 from operator_process import REPO, OperatorProcess
 
+from nvlfleet.api import metric_names
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 # (case, component killed, seconds it stays down before it is started again). etcd longer: the API server answers
@@ -159,7 +161,9 @@ def passes_started(operator: OperatorProcess, serving: str) -> bool:
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return any(
-        line.startswith("nvlfleet_reconcile_total{") and f'serving="{serving}"' in line and float(line.split()[-1]) >= 1
+        line.startswith(metric_names.RECONCILE_TOTAL + "{")
+        and f'serving="{serving}"' in line
+        and float(line.split()[-1]) >= 1
         for line in text.splitlines()
     )
 

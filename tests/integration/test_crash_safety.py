@@ -47,6 +47,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import fleet as fleets
 from operator_process import OperatorProcess
 
+from nvlfleet.api import metric_names
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 SERVINGS = int(os.environ.get("NVLFLEET_CRASH_SERVINGS", "100"))
@@ -398,12 +400,12 @@ def pass_durations(metrics_port: int) -> tuple[int, float]:
     count = sum(
         float(line.split()[-1])
         for line in text.splitlines()
-        if line.startswith("nvlfleet_reconcile_duration_seconds_count")
+        if line.startswith(metric_names.RECONCILE_DURATION + "_count")
     )
     total = sum(
         float(line.split()[-1])
         for line in text.splitlines()
-        if line.startswith("nvlfleet_reconcile_duration_seconds_sum")
+        if line.startswith(metric_names.RECONCILE_DURATION + "_sum")
     )
     return int(count), total
 

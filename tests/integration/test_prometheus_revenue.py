@@ -1,6 +1,6 @@
 """A real Prometheus scrapes the operator's metrics exporter, and PromQL returns the revenue the prices imply.
 
-Simulated vLLM leaders (wall clock) → ``telemetry.Scraper.run`` → ``telemetry.start_exporter`` → Prometheus
+Simulated vLLM leaders (wall clock) → ``scraper.Scraper.run`` → ``exporter.start_exporter`` → Prometheus
 (Debian's package, via ``localprometheus``) → PromQL. The simulators and the scraper share one clock shifted to
 20:00 UTC on a fixed day, inside the off-peak window, so the expected multiplier does not depend on when the
 test runs; intervals are still real seconds.
@@ -16,8 +16,11 @@ import time
 import localprometheus  # cluster/ is on the path (Makefile, or tests/integration/conftest.py)
 import pytest
 
-from nvlfleet.adapters import telemetry
+from nvlfleet.adapters.exporter import OperatorMetrics, start_exporter
+from nvlfleet.adapters.scraper import Scraper
+from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
+from nvlfleet.core.group_telemetry import Target
 from nvlfleet.sim import vllmsim
 
 pytestmark = pytest.mark.integration
@@ -58,19 +61,19 @@ def test_promql_returns_the_expected_revenue(tmp_path: pathlib.Path) -> None:
 
     async def main() -> None:
         sim = vllmsim.Simulator(clock=clock)
-        metrics = telemetry.OperatorMetrics()
-        scraper = telemetry.Scraper(metrics, clock=clock, timeout=2.0)
+        metrics = OperatorMetrics()
+        scraper = Scraper(metrics, clock=clock, timeout=2.0)
         check = await sim.add("127.0.0.1", 0, load=CHECK, engines=1)
         a = await sim.add("127.0.0.1", 0, load=DECODE, engines=8)
         b = await sim.add("127.0.0.1", 0, load=DECODE, engines=8)
-        scraper.set_serving("ml", "check", [telemetry.Target("decode", "clique-a", check.url, 1)], pricing=PRICING)
+        scraper.set_serving("ml", "check", [Target("decode", "clique-a", check.url, 1)], pricing=PRICING)
         scraper.set_serving(
             "ml",
             "flash",
-            [telemetry.Target("decode", "clique-a", a.url, 8), telemetry.Target("decode", "clique-b", b.url, 8)],
+            [Target("decode", "clique-a", a.url, 8), Target("decode", "clique-b", b.url, 8)],
             pricing=PRICING,
         )
-        exporter = await telemetry.start_exporter(metrics, host="127.0.0.1", port=0)
+        exporter = await start_exporter(metrics, host="127.0.0.1", port=0)
         port = exporter.addresses[0][1]
         stop = asyncio.Event()
         loop = asyncio.create_task(scraper.run(interval=1.0, stop=stop))
@@ -81,17 +84,17 @@ def test_promql_returns_the_expected_revenue(tmp_path: pathlib.Path) -> None:
         try:
             await asyncio.to_thread(server.start)
             by_gpu_hour = await asyncio.to_thread(
-                server.wait_for, 'nvlfleet_revenue_per_gpu_hour{namespace="ml",serving="check"}', 60.0
+                server.wait_for, f'{names.REVENUE_PER_GPU_HOUR}{{namespace="ml",serving="check"}}', 60.0
             )
             flash = await asyncio.to_thread(
-                server.wait_for, 'sum by (serving) (nvlfleet_revenue_per_hour{namespace="ml",serving="flash"})', 60.0
+                server.wait_for, f'sum by (serving) ({names.REVENUE_PER_HOUR}{{namespace="ml",serving="flash"}})', 60.0
             )
             per_gpu_hour = await asyncio.to_thread(
                 server.query,
-                'sum(nvlfleet_revenue_per_hour{serving="flash"}) / sum(nvlfleet_gpus{serving="flash"})',
+                f'sum({names.REVENUE_PER_HOUR}{{serving="flash"}}) / sum({names.GPUS}{{serving="flash"}})',
             )
             generation = await asyncio.to_thread(
-                server.query, 'sum(nvlfleet_tokens_per_second{serving="flash",kind="generation"})'
+                server.query, f'sum({names.TOKENS_PER_SECOND}{{serving="flash",kind="generation"}})'
             )
         finally:
             stop.set()

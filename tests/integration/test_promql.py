@@ -34,6 +34,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core import render
@@ -293,7 +294,7 @@ def test_every_dashboard_query_and_alert_signal_returns_data(
                 return False
 
         until(
-            lambda: returns_data(f'{dashboards.REVENUE_PER_HOUR}{{serving="flash"}}'),
+            lambda: returns_data(f'{names.REVENUE_PER_HOUR}{{serving="flash"}}'),
             120,
             "the operator's revenue gauge for flash in Prometheus",
         )

@@ -20,9 +20,13 @@ import pytest
 import yaml
 from prometheus_client import parser
 
-from nvlfleet.adapters import telemetry
+from nvlfleet.adapters.exporter import OperatorMetrics
+from nvlfleet.adapters.scraper import Scraper
+from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
+from nvlfleet.core.group_telemetry import Target
+from nvlfleet.facts import vllm_metrics
 from nvlfleet.sim import vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -93,8 +97,8 @@ async def _exercise_telemetry() -> str:
     Returns the exposition text of the operator's registry."""
     clock = FakeClock(T0 - 3600)
     sim = vllmsim.Simulator(clock=clock)
-    metrics = telemetry.OperatorMetrics()
-    scraper = telemetry.Scraper(metrics, clock=clock, timeout=2.0)
+    metrics = OperatorMetrics()
+    scraper = Scraper(metrics, clock=clock, timeout=2.0)
     try:
         decode = await sim.add(
             "127.0.0.1",
@@ -118,13 +122,13 @@ async def _exercise_telemetry() -> str:
             "ml",
             "flash",
             [
-                telemetry.Target("prefill", "clique-a", prefill.url, 8),
-                telemetry.Target("decode", "clique-b", decode.url, 8),
+                Target("prefill", "clique-a", prefill.url, 8),
+                Target("decode", "clique-b", decode.url, 8),
             ],
             pricing=PRICING,
             parity_reference=5_000.0,
         )
-        scraper.set_serving("ml", "broken", [telemetry.Target("decode", "clique-c", down.url, 4)], pricing=None)
+        scraper.set_serving("ml", "broken", [Target("decode", "clique-c", down.url, 4)], pricing=None)
         for _ in range(2):
             clock.now += 15
             await scraper.scrape_once()
@@ -146,12 +150,12 @@ def exported_samples() -> set[str]:
     return {sample.name for family in parser.text_string_to_metric_families(text) for sample in family.samples}
 
 
-def test_every_nvlfleet_metric_in_the_dashboards_and_alerts_is_exported_by_telemetry(
+def test_every_nvlfleet_metric_in_the_dashboards_and_alerts_is_exported_by_the_operator(
     exported_samples: set[str],
 ) -> None:
     used = {name: where for where, expr in every_expression() for name in NVLFLEET_NAME.findall(expr)}
     missing = {name: where for name, where in used.items() if name not in exported_samples}
-    assert missing == {}, f"not exported by nvlfleet.adapters.telemetry: {missing}"
+    assert missing == {}, f"not exported by nvlfleet.adapters.exporter: {missing}"
 
 
 def test_every_vllm_metric_in_the_dashboards_is_one_the_pinned_vllm_exposes() -> None:
@@ -165,7 +169,7 @@ def test_every_vllm_metric_in_the_dashboards_is_one_the_pinned_vllm_exposes() ->
 
 def test_a_vllm_name_the_pinned_version_does_not_expose_is_refused() -> None:
     with pytest.raises(KeyError, match="exposes no sample"):
-        dashboards.vllm("vllm:time_to_first_token_bucket")
+        vllm_metrics.exposed("vllm:time_to_first_token_bucket", dashboards.VLLM_VERSION)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -193,7 +197,7 @@ def test_every_query_reads_the_datasource_variable(dashboard: dashboards.Dashboa
 def test_every_per_serving_series_is_filtered_by_the_namespace_and_serving_selectors(
     dashboard: dashboards.Dashboard,
 ) -> None:
-    fleet_wide = {dashboards.DOMAIN_FREE_NODES}  # a rack's free nodes belong to no serving
+    fleet_wide = {names.DOMAIN_FREE_NODES}  # a rack's free nodes belong to no serving
     selectors = re.compile(r"\b((?:nvlfleet_|vllm:)[a-z0-9_:]+)(\{[^}]*\})?")
     for expression in dashboards.promql_expressions():
         if expression.dashboard != dashboard.title or expression.panel.startswith("variable"):
@@ -290,7 +294,7 @@ def alert_case(
 ALERT_CASES = {
     "parity below target fires after 30 minutes": alert_case(
         "NvlfleetParityBelowTarget",
-        [series(dashboards.PARITY_RATIO, GROUP, "0.8x40")],
+        [series(names.PARITY_RATIO, GROUP, "0.8x40")],
         "35m",
         [
             expected(
@@ -301,13 +305,13 @@ ALERT_CASES = {
         ],
     ),
     "parity at target stays quiet": alert_case(
-        "NvlfleetParityBelowTarget", [series(dashboards.PARITY_RATIO, GROUP, "0.95x40")], "35m", []
+        "NvlfleetParityBelowTarget", [series(names.PARITY_RATIO, GROUP, "0.95x40")], "35m", []
     ),
     "revenue per GPU-hour halving at base price fires": alert_case(
         "NvlfleetRevenuePerGpuHourDrop",
         [
-            series(dashboards.REVENUE_PER_GPU_HOUR, {**GROUP, "currency": "USD"}, "40x420 20x60"),
-            series(dashboards.PRICE_MULTIPLIER, GROUP, "1x480"),
+            series(names.REVENUE_PER_GPU_HOUR, {**GROUP, "currency": "USD"}, "40x420 20x60"),
+            series(names.PRICE_MULTIPLIER, GROUP, "1x480"),
         ],
         "7h55m",
         [
@@ -322,15 +326,15 @@ ALERT_CASES = {
     "an off-peak discount that halves revenue stays quiet": alert_case(
         "NvlfleetRevenuePerGpuHourDrop",
         [
-            series(dashboards.REVENUE_PER_GPU_HOUR, {**GROUP, "currency": "USD"}, "40x420 20x60"),
-            series(dashboards.PRICE_MULTIPLIER, GROUP, "1x420 0.5x60"),
+            series(names.REVENUE_PER_GPU_HOUR, {**GROUP, "currency": "USD"}, "40x420 20x60"),
+            series(names.PRICE_MULTIPLIER, GROUP, "1x420 0.5x60"),
         ],
         "7h55m",
         [],
     ),
     "a serving not Ready for 45 minutes fires": alert_case(
         "NvlfleetServingNotReady",
-        [series(alerts.SERVING_CONDITION, {**SERVING, "condition": "Ready"}, "0x50")],
+        [series(names.SERVING_CONDITION, {**SERVING, "condition": "Ready"}, "0x50")],
         "50m",
         [
             expected(
@@ -342,13 +346,13 @@ ALERT_CASES = {
     ),
     "a serving loading its weights for 30 minutes stays quiet": alert_case(
         "NvlfleetServingNotReady",
-        [series(alerts.SERVING_CONDITION, {**SERVING, "condition": "Ready"}, "0x30 1x20")],
+        [series(names.SERVING_CONDITION, {**SERVING, "condition": "Ready"}, "0x30 1x20")],
         "50m",
         [],
     ),
     "an unplaceable group fires after 10 minutes": alert_case(
         "NvlfleetGroupUnplaceable",
-        [series(alerts.SERVING_CONDITION, {**SERVING, "condition": "Placed"}, "0x15")],
+        [series(names.SERVING_CONDITION, {**SERVING, "condition": "Placed"}, "0x15")],
         "15m",
         [
             expected(
@@ -360,7 +364,7 @@ ALERT_CASES = {
     ),
     "failing scrapes fire after 15 minutes": alert_case(
         "NvlfleetTelemetryScrapeFailing",
-        [series(dashboards.SCRAPE_ERRORS_TOTAL, {**SERVING, "reason": "timeout"}, "0+4x30")],
+        [series(names.SCRAPE_ERRORS_TOTAL, {**SERVING, "reason": "timeout"}, "0+4x30")],
         "25m",
         [
             expected(
@@ -372,13 +376,13 @@ ALERT_CASES = {
     ),
     "errors that stopped stay quiet": alert_case(
         "NvlfleetTelemetryScrapeFailing",
-        [series(dashboards.SCRAPE_ERRORS_TOTAL, {**SERVING, "reason": "timeout"}, "0+4x5 20x30")],
+        [series(names.SCRAPE_ERRORS_TOTAL, {**SERVING, "reason": "timeout"}, "0+4x5 20x30")],
         "30m",
         [],
     ),
     "failing reconciles fire after 15 minutes": alert_case(
         "NvlfleetReconcileErrors",
-        [series(dashboards.RECONCILE_ERRORS_TOTAL, {**SERVING, "reason": "ApiError"}, "0+1x30")],
+        [series(names.RECONCILE_ERRORS_TOTAL, {**SERVING, "reason": "ApiError"}, "0+1x30")],
         "25m",
         [
             expected(

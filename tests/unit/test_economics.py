@@ -289,3 +289,57 @@ def test_mean_multiplier_integrates_additively(
     assert integral(t0, t2) == pytest.approx(integral(t0, t1) + integral(t1, t2), rel=1e-6, abs=1e-3)
     low, high = sorted([1.0, multiplier])
     assert low - 1e-9 <= economics.mean_multiplier(spec, t0, t2) <= high + 1e-9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Intervals of servers and groups of them
+
+
+def test_an_intervals_revenue_is_its_billed_rate_times_price_times_the_integrated_multiplier() -> None:
+    # 10 minutes at full price, then 10 minutes off-peak at half price.
+    interval = economics.Interval("decode", rates(generation=1_000), at("16:20").timestamp(), at("16:40").timestamp())
+
+    revenue = economics.interval_revenue(interval, pricing=OFF_PEAK_ACROSS_MIDNIGHT, disaggregated=False)
+
+    assert revenue == pytest.approx(1_000 * 0.60 / MILLION * (600 * 1.0 + 600 * 0.5))
+
+
+def test_an_interval_without_a_price_table_earns_nothing_countable() -> None:
+    interval = economics.Interval("decode", rates(generation=1_000), 0.0, 60.0)
+
+    assert economics.interval_revenue(interval, pricing=None, disaggregated=False) is None
+
+
+def test_a_group_straddling_a_window_boundary_prices_like_its_servers_one_by_one() -> None:
+    # One leader's interval ends before off-peak starts, the other's after it: different multipliers.
+    before = economics.Interval("decode", rates(generation=2_000), at("16:00").timestamp(), at("16:30").timestamp())
+    after = economics.Interval("decode", rates(generation=1_000), at("16:30").timestamp(), at("17:00").timestamp())
+    one_by_one = sum(
+        economics.price_interval(i, pricing=OFF_PEAK_ACROSS_MIDNIGHT, disaggregated=False).revenue_per_hour or 0.0
+        for i in (before, after)
+    )
+
+    group = economics.evaluate_group(
+        [after, before],
+        gpus=16,
+        pricing=OFF_PEAK_ACROSS_MIDNIGHT,
+        disaggregated=False,
+        parity_reference=None,
+        whole_serving=False,
+    )
+
+    assert group.revenue_per_hour == pytest.approx(one_by_one)
+    assert group.price_multiplier == pytest.approx(one_by_one / ((3_000 * 0.60 / MILLION) * 3600))
+
+
+def test_a_whole_serving_sums_each_roles_billed_share() -> None:
+    # Decode re-counts every prompt prefill computed; the serving bills it once.
+    prefill = economics.Interval("prefill", rates(prompt=50_000, generation=10), 0.0, 15.0)
+    decode = economics.Interval("decode", rates(prompt=50_000, cached=50_000, generation=4_000), 0.0, 15.0)
+
+    whole = economics.evaluate_group(
+        [prefill, decode], gpus=12, pricing=pricing(), disaggregated=True, parity_reference=None, whole_serving=True
+    )
+
+    assert whole.tokens_per_second.total == 50_000 + 4_000
+    assert whole.tokens_per_second_per_gpu == pytest.approx(54_000 / 12)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,12 @@ def test_bad_options_are_explained(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], gpus: int, message: str
 ) -> None:
     assert message in bad(tmp_path, capsys, extra=extra, gpus=gpus)
+
+
+def test_the_command_does_not_load_the_network_client() -> None:
+    # Offline arithmetic on saved files: importing it must not pull in aiohttp (the scraper's), directly or not.
+    code = "import sys; import nvlfleet.commands.economics; print('aiohttp' in sys.modules)"
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert result.stdout.strip() == "False"

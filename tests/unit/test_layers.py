@@ -1,5 +1,5 @@
 """The layers stay one-directional: each subpackage of nvlfleet imports only the layers below it, and the pure
-layers import neither kopf, the Kubernetes client, the network, the clock nor the adapters.
+layers import neither kopf, the Kubernetes client, the network, the clock, prometheus-client nor the adapters.
 
 pyproject.toml's import-linter contracts are the single statement of the layers and of the forbidden imports.
 This test reads them and checks them again with ``ast`` (following imports inside nvlfleet, including imports

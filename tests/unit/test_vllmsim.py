@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import parser
 
 from nvlfleet.commands import simulate
+from nvlfleet.facts import vllm_metrics
 from nvlfleet.sim import vllmsim
 
 T0 = 1_790_000_000.0  # any fixed wall-clock second
@@ -68,7 +69,9 @@ def total(body: bytes, sample_name: str, **labels: str) -> float:
 
 
 @pytest.mark.parametrize("load", [SPECULATING, PLAIN], ids=["speculating", "plain"])
-@pytest.mark.parametrize("names", [(), ("vllm:prompt_tokens_total", "vllm:generation_tokens_created")])
+@pytest.mark.parametrize(
+    "names", [(), (vllm_metrics.PROMPT_TOKENS + "_total", vllm_metrics.GENERATION_TOKENS + "_created")]
+)
 def test_fast_exposition_is_byte_identical_to_prometheus_client(load: vllmsim.Load, names: tuple[str, ...]) -> None:
     ep = endpoint(load, engines=8)
 
@@ -97,23 +100,23 @@ def test_every_family_label_and_value_is_a_vllm_0_33_fact() -> None:
                 assert sample.labels["source"] in label_values[key]
     # The families the scraper and the economics depend on are all there.
     assert {
-        "vllm:prompt_tokens",
-        "vllm:prompt_tokens_cached",
-        "vllm:generation_tokens",
-        "vllm:spec_decode_num_drafts",
-        "vllm:spec_decode_num_draft_tokens",
-        "vllm:spec_decode_num_accepted_tokens",
-        "vllm:num_requests_running",
-        "vllm:time_to_first_token_seconds",
-        "vllm:inter_token_latency_seconds",
-        "vllm:kv_cache_usage_perc",
+        vllm_metrics.PROMPT_TOKENS,
+        vllm_metrics.PROMPT_TOKENS_CACHED,
+        vllm_metrics.GENERATION_TOKENS,
+        vllm_metrics.SPEC_DECODE_NUM_DRAFTS,
+        vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS,
+        vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+        vllm_metrics.NUM_REQUESTS_RUNNING,
+        vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS,
+        vllm_metrics.INTER_TOKEN_LATENCY_SECONDS,
+        vllm_metrics.KV_CACHE_USAGE_PERC,
         "vllm:prompt_tokens_by_source",
     } <= set(exposed)
 
 
 def test_histograms_use_the_vllm_buckets_and_are_cumulative() -> None:
     body = endpoint().exposition(T0 + 600)
-    ttft = families(body)["vllm:time_to_first_token_seconds"]
+    ttft = families(body)[vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS]
     engine0 = [s for s in ttft.samples if s.name.endswith("_bucket") and s.labels["engine"] == "0"]
 
     bounds = [float(s.labels["le"]) for s in engine0]
@@ -130,25 +133,25 @@ def test_counters_grow_at_the_configured_rates_summed_over_engines() -> None:
     def rate(sample: str, **labels: str) -> float:
         return (total(after, sample, **labels) - total(before, sample, **labels)) / 15
 
-    assert rate("vllm:prompt_tokens_total") == pytest.approx(SPECULATING.prompt)
-    assert rate("vllm:prompt_tokens_cached_total") == pytest.approx(SPECULATING.prompt_cached)
+    assert rate(vllm_metrics.PROMPT_TOKENS + "_total") == pytest.approx(SPECULATING.prompt)
+    assert rate(vllm_metrics.PROMPT_TOKENS_CACHED + "_total") == pytest.approx(SPECULATING.prompt_cached)
     assert rate("vllm:prompt_tokens_by_source_total", source="local_cache_hit") == pytest.approx(30_000)
     assert rate("vllm:prompt_tokens_by_source_total", source="local_compute") == pytest.approx(10_000)
-    assert rate("vllm:generation_tokens_total") == pytest.approx(SPECULATING.generation)
-    assert total(after, "vllm:num_requests_running") == SPECULATING.running_requests
+    assert rate(vllm_metrics.GENERATION_TOKENS + "_total") == pytest.approx(SPECULATING.generation)
+    assert total(after, vllm_metrics.NUM_REQUESTS_RUNNING) == SPECULATING.running_requests
 
 
 def test_speculative_counters_are_consistent_with_generation() -> None:
     ep = endpoint()
     body = ep.exposition(T0 + 60)
-    drafts = total(body, "vllm:spec_decode_num_drafts_total")
-    draft_tokens = total(body, "vllm:spec_decode_num_draft_tokens_total")
-    accepted = total(body, "vllm:spec_decode_num_accepted_tokens_total")
+    drafts = total(body, vllm_metrics.SPEC_DECODE_NUM_DRAFTS + "_total")
+    draft_tokens = total(body, vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS + "_total")
+    accepted = total(body, vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS + "_total")
     k, alpha = SPECULATING.speculative_tokens, SPECULATING.acceptance_rate
 
     assert draft_tokens == pytest.approx(k * drafts)
     assert accepted / draft_tokens == pytest.approx(alpha)
-    assert drafts * (1 + accepted / drafts) == pytest.approx(total(body, "vllm:generation_tokens_total"))
+    assert drafts * (1 + accepted / drafts) == pytest.approx(total(body, vllm_metrics.GENERATION_TOKENS + "_total"))
     assert total(body, "vllm:spec_decode_num_accepted_tokens_per_pos_total") == pytest.approx(accepted)
 
 
@@ -164,8 +167,8 @@ def test_restart_resets_counters_and_moves_created() -> None:
 
     body = ep.exposition(T0 + 110)
 
-    assert total(body, "vllm:generation_tokens_total") == pytest.approx(PLAIN.generation * 10)
-    assert total(body, "vllm:generation_tokens_created") == T0 + 100
+    assert total(body, vllm_metrics.GENERATION_TOKENS + "_total") == pytest.approx(PLAIN.generation * 10)
+    assert total(body, vllm_metrics.GENERATION_TOKENS + "_created") == T0 + 100
 
 
 def test_multiprocess_mode_has_no_created_samples() -> None:
@@ -180,12 +183,12 @@ def test_stall_freezes_counters_and_resume_continues_from_there() -> None:
     clock.now = T0 + 10
     ep.set_mode(vllmsim.Mode.STALL)
     clock.now = T0 + 50
-    frozen = ep.counter("vllm:generation_tokens")
+    frozen = ep.counter(vllm_metrics.GENERATION_TOKENS)
     ep.set_mode(vllmsim.Mode.NORMAL)
     clock.now = T0 + 60
 
     assert frozen == pytest.approx(PLAIN.generation * 10)
-    assert ep.counter("vllm:generation_tokens") == pytest.approx(PLAIN.generation * 20)
+    assert ep.counter(vllm_metrics.GENERATION_TOKENS) == pytest.approx(PLAIN.generation * 20)
 
 
 def test_changing_the_load_keeps_counters_continuous() -> None:
@@ -195,7 +198,7 @@ def test_changing_the_load_keeps_counters_continuous() -> None:
     ep.set_load(dataclasses.replace(PLAIN, generation=1_000))
     clock.now = T0 + 20
 
-    assert ep.counter("vllm:generation_tokens") == pytest.approx(200 * 10 + 1_000 * 10)
+    assert ep.counter(vllm_metrics.GENERATION_TOKENS) == pytest.approx(200 * 10 + 1_000 * 10)
 
 
 def test_an_impossible_load_is_refused() -> None:
@@ -224,9 +227,9 @@ def test_http_endpoints_answer_like_vllm() -> None:
             assert [m["id"] for m in (await r.json())["data"]] == ["ds-flash"]
         async with http.get(ep.url + "/version") as r:
             assert await r.json() == {"version": "0.33.0"}
-        async with http.get(ep.url + "/metrics", params=[("name[]", "vllm:generation_tokens_total")]) as r:
+        async with http.get(ep.url + "/metrics", params=[("name[]", vllm_metrics.GENERATION_TOKENS + "_total")]) as r:
             assert r.headers["Content-Type"].startswith("text/plain")
-            assert list(families(await r.read())) == ["vllm:generation_tokens"]
+            assert list(families(await r.read())) == [vllm_metrics.GENERATION_TOKENS]
 
     serve(check)
 
@@ -306,7 +309,7 @@ def test_many_endpoints_on_one_port_across_loopback_addresses() -> None:
             async with aiohttp.ClientSession() as http:
                 for ep in sim.endpoints[::7]:
                     async with http.get(ep.url + "/metrics") as r:
-                        assert total(await r.read(), "vllm:num_requests_running") == PLAIN.running_requests
+                        assert total(await r.read(), vllm_metrics.NUM_REQUESTS_RUNNING) == PLAIN.running_requests
             assert sorted((ep.host, ep.port) for ep in sim.endpoints) == sorted(addresses)
         finally:
             await sim.close()

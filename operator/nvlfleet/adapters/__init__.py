@@ -1,8 +1,9 @@
 """Adapters: where the pure core meets kopf, the Kubernetes API, vLLM endpoints and Prometheus.
 
 ``kube`` carries out the reconciler's decisions (server-side apply, prune, status patches) with the Kubernetes
-client; ``main`` wires the handlers into kopf; ``telemetry`` scrapes vLLM ``/metrics``, turns them into rates,
-prices them with ``nvlfleet.core.economics`` and exports the gauges.
+client; ``main`` wires the handlers into kopf; ``scraper`` fetches every leader's vLLM ``/metrics`` and keeps the
+rates and money the core computes from them; ``exporter`` holds the operator's own metrics and serves them, with
+the scraper's per-group gauges, over HTTP.
 
 Where it sits: the *apply → prune → status* end of the operator flow and the *metrics → rates* and *gauges* ends
 of the telemetry flow. It may import ``nvlfleet.core``, ``nvlfleet.api`` and ``nvlfleet.facts``; not the

@@ -67,9 +67,9 @@ from typing import Any
 
 import kopf
 
-from nvlfleet.adapters import decoding, kube, telemetry
+from nvlfleet.adapters import decoding, exporter, kube, scraper
 from nvlfleet.api import models, problems
-from nvlfleet.core import inventory, reconciler, validation
+from nvlfleet.core import group_telemetry, inventory, reconciler, validation
 
 log = logging.getLogger("nvlfleet")
 
@@ -242,8 +242,8 @@ class Operator:
         self._views: dict[str, tuple[int, reconciler.FleetView]] = {}
         self.nudges = Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
-        self.metrics = telemetry.OperatorMetrics()
-        self.scraper = telemetry.Scraper(self.metrics)
+        self.metrics = exporter.OperatorMetrics()
+        self.scraper = scraper.Scraper(self.metrics)
         self.tasks: list[asyncio.Task[None]] = []
         self.nodes_seen: dict[str, tuple[Any, ...]] = {}
         self.status_metrics: dict[inventory.ServingKey, dict[str, Any]] = {}
@@ -532,7 +532,7 @@ class Operator:
             node = self._node_labels(pod["spec"].get("nodeName"))
             domain = node.get(parsed.spec.placement.domain_label) or pod["spec"].get("nodeName") or "unknown"
             url = f"http://{pod['status']['podIP']}:{_api_port(pod)}"
-            targets.append(telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
+            targets.append(group_telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
         reference = parsed.spec.parity.reference_tokens_per_second_per_gpu if parsed.spec.parity else None
         try:
             self.scraper.set_serving(
@@ -623,7 +623,7 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     if op.config.webhook_port:
         _configure_webhook(settings, op.config)
     if op.config.metrics_port:
-        runner = await telemetry.start_exporter(op.metrics, host=op.config.bind_address, port=op.config.metrics_port)
+        runner = await exporter.start_exporter(op.metrics, host=op.config.bind_address, port=op.config.metrics_port)
         op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
     op.tasks.append(asyncio.create_task(_work_nudges(op), name="nudges"))
     op.tasks.append(asyncio.create_task(op.scraper.run(op.config.scrape_seconds), name="scraper"))
@@ -979,7 +979,7 @@ def _api_port(pod: Mapping[str, Any]) -> int:
     return int(ports[0]["containerPort"]) if ports else 8000
 
 
-def _status_metrics(summary: telemetry.GroupTelemetry | None) -> dict[str, Any]:
+def _status_metrics(summary: group_telemetry.GroupTelemetry | None) -> dict[str, Any]:
     """The status telemetry fields; a figure that cannot be computed is null (removed), never 0."""
     figures = summary.figures if summary is not None else None
     tokens = summary.tokens_per_second if summary is not None else None

@@ -1,9 +1,10 @@
 """nvlfleet's Prometheus alerts, as code: the one source of charts/nvlfleet/files/nvlfleet.rules.yaml.
 
-Where it sits: next to ``dashboards``, at the end of the telemetry flow — operator gauges (``telemetry``) →
-Prometheus → **these rules** → Alertmanager. ``make generated`` writes the rule file; the Helm chart wraps it in a
-PrometheusRule (with kube-prometheus-stack's knobs: disable by name, extra labels/annotations, runbook links),
-and ``promtool check rules`` / ``promtool test rules`` run on the very same file in the tests.
+Where it sits: next to ``dashboards``, at the end of the telemetry flow — operator gauges (``adapters.exporter``,
+named in ``api.metric_names``) → Prometheus → **these rules** → Alertmanager. ``make generated`` writes the rule
+file; the Helm chart wraps it in a PrometheusRule (with kube-prometheus-stack's knobs: disable by name, extra
+labels/annotations, runbook links), and ``promtool check rules`` / ``promtool test rules`` run on the very same
+file in the tests.
 
 What each alert is for, and why its expression looks the way it does:
 
@@ -25,11 +26,7 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.artifacts import dashboards
-
-# Metric names are shared with the dashboards (one list, checked against telemetry by the tests), plus the status
-# conditions the reconciler sets, as a gauge: 1 while the condition is True, else 0.
-SERVING_CONDITION = "nvlfleet_serving_condition"  # {namespace, serving, condition=Ready|Placed|...}
+from nvlfleet.api import metric_names as names
 
 PARITY_TARGET = 0.9
 REVENUE_DROP_RATIO = 0.7  # fire below 70 % of the preceding hours' base-price revenue per GPU-hour
@@ -74,7 +71,7 @@ class Alert:
 def _base_price_revenue_per_gpu_hour(window: str, offset: str = "") -> str:
     """Revenue per GPU-hour with the time-of-day multiplier divided out, averaged over ``window``."""
     at = f" offset {offset}" if offset else ""
-    ratio = f"{dashboards.REVENUE_PER_GPU_HOUR} / ignoring(currency) group_left {dashboards.PRICE_MULTIPLIER}"
+    ratio = f"{names.REVENUE_PER_GPU_HOUR} / ignoring(currency) group_left {names.PRICE_MULTIPLIER}"
     return f"avg_over_time(({ratio})[{window}:1m]{at})"
 
 
@@ -82,7 +79,7 @@ def all_alerts() -> list[Alert]:
     return [
         Alert(
             name="NvlfleetParityBelowTarget",
-            signal=dashboards.PARITY_RATIO,
+            signal=names.PARITY_RATIO,
             condition=f"< {PARITY_TARGET}",
             for_="30m",
             severity="warning",
@@ -108,7 +105,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetServingNotReady",
-            signal=f'{SERVING_CONDITION}{{condition="Ready"}}',
+            signal=f'{names.SERVING_CONDITION}{{condition="Ready"}}',
             condition="== 0",
             for_="45m",
             severity="critical",
@@ -121,7 +118,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetGroupUnplaceable",
-            signal=f'{SERVING_CONDITION}{{condition="Placed"}}',
+            signal=f'{names.SERVING_CONDITION}{{condition="Placed"}}',
             condition="== 0",
             for_="10m",
             severity="warning",
@@ -134,7 +131,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetTelemetryScrapeFailing",
-            signal=f"sum by (namespace, serving, reason) (rate({dashboards.SCRAPE_ERRORS_TOTAL}[5m]))",
+            signal=f"sum by (namespace, serving, reason) (rate({names.SCRAPE_ERRORS_TOTAL}[5m]))",
             condition="> 0",
             for_="15m",
             severity="warning",
@@ -147,7 +144,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetReconcileErrors",
-            signal=f"sum by (namespace, serving, reason) (rate({dashboards.RECONCILE_ERRORS_TOTAL}[10m]))",
+            signal=f"sum by (namespace, serving, reason) (rate({names.RECONCILE_ERRORS_TOTAL}[10m]))",
             condition="> 0",
             for_="15m",
             severity="warning",

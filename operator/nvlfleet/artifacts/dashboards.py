@@ -1,6 +1,6 @@
 """nvlfleet's Grafana dashboards, as code: the one source of charts/nvlfleet/dashboards/*.json.
 
-Where it sits: the operator exports ``nvlfleet_*`` gauges (``telemetry``) and the vLLM pods expose ``vllm:*``
+Where it sits: the operator exports ``nvlfleet_*`` gauges (``adapters.exporter``) and the vLLM pods expose ``vllm:*``
 metrics (scraped through the PodMonitors the operator renders) → Prometheus → **these dashboards**, shipped
 by the Helm chart as ConfigMaps for the Grafana dashboard sidecar. ``make generated`` (``nvlfleet dashboards
 --out charts/nvlfleet``) writes the JSON; a unit test fails when the committed files differ from this code.
@@ -23,70 +23,34 @@ Conventions the queries keep:
   the prompts prefill already computed, so ``nvlfleet_tokens_per_second{kind="prompt"}`` must not be summed
   across roles; ``tokens_per_second_per_gpu`` is billed per role, and × reporting GPUs (GPUs × coverage) it
   adds up correctly.
-- Metric names come from one place each: ``nvlfleet_*`` from the constants below, which a unit test checks
-  against what ``telemetry`` really exports; ``vllm:*`` from the pinned vLLM metric facts, checked at import.
+- Metric names come from one place each: ``nvlfleet_*`` from ``api.metric_names`` (the exporter registers them by
+  the same constants; a unit test checks each one is really exported); ``vllm:*`` from ``facts.vllm_metrics``,
+  checked against the pinned vLLM metric facts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from nvlfleet.facts import facts
+from nvlfleet.api import metric_names as names
+from nvlfleet.facts import vllm_metrics
 
 # ---------------------------------------------------------------------------------------------------------------
-# Metric names. nvlfleet_*: exported by nvlfleet.adapters.telemetry (tests/unit/test_dashboards.py proves each one is).
+# Metric names: nvlfleet_* from api.metric_names (tests/unit/test_dashboards.py proves each one is exported), vllm:*
+# from facts.vllm_metrics, refused unless the pinned vLLM version exposes them.
 
-TOKENS_PER_SECOND = "nvlfleet_tokens_per_second"  # {kind=prompt|prompt_cached|generation}
-TOKENS_PER_SECOND_PER_GPU = "nvlfleet_tokens_per_second_per_gpu"
-SPEC_ACCEPTANCE_RATE = "nvlfleet_spec_decode_acceptance_rate"
-SPEC_MEAN_ACCEPTED_LENGTH = "nvlfleet_spec_decode_mean_accepted_length"
-STREAMING_TPS_PER_REQUEST = "nvlfleet_streaming_tokens_per_second_per_request"
-REVENUE_PER_HOUR = "nvlfleet_revenue_per_hour"  # {currency}
-REVENUE_PER_GPU_HOUR = "nvlfleet_revenue_per_gpu_hour"  # {currency}
-COST_PER_GPU_HOUR = "nvlfleet_cost_per_gpu_hour"  # {currency}
-MARGIN_PER_GPU_HOUR = "nvlfleet_margin_per_gpu_hour"  # {currency}
-PRICE_MULTIPLIER = "nvlfleet_price_multiplier"
-PARITY_RATIO = "nvlfleet_parity_ratio"
-GPUS = "nvlfleet_gpus"
-COVERAGE = "nvlfleet_telemetry_coverage_ratio"
-DOMAIN_FREE_NODES = "nvlfleet_domain_free_nodes"  # {domain}
-RECONCILE_TOTAL = "nvlfleet_reconcile_total"
-RECONCILE_ERRORS_TOTAL = "nvlfleet_reconcile_errors_total"  # {reason}
-RECONCILE_DURATION = "nvlfleet_reconcile_duration_seconds"  # histogram
-PLANNER_DURATION = "nvlfleet_planner_duration_seconds"  # histogram
-SCRAPE_ERRORS_TOTAL = "nvlfleet_scrape_errors_total"  # {reason}
-SCRAPE_DURATION = "nvlfleet_scrape_duration_seconds"  # histogram
-SCRAPE_TARGETS = "nvlfleet_scrape_targets"  # {state=up|pending|down}
-
-# The labels every per-group nvlfleet series carries, in the order the operator exports them.
-GROUP_LABELS = ("namespace", "serving", "role", "domain")
-_ON_GROUP = "on(" + ", ".join(GROUP_LABELS) + ")"
+_ON_GROUP = "on(" + ", ".join(names.GROUP_LABELS) + ")"
 
 VLLM_VERSION = "0.33.0"
 
 
-@functools.cache
-def _vllm_samples() -> frozenset[str]:
-    """Every sample name vLLM exposes in the pinned version (histograms with their _bucket/_sum/_count)."""
-    names: set[str] = set()
-    for metric in facts.load(VLLM_VERSION).raw["metrics"]["vllm_metrics"]:
-        if metric["type"] == "histogram":
-            names.update(f"{metric['family']}_{suffix}" for suffix in ("bucket", "sum", "count"))
-        else:
-            names.add(metric["exposed_as"])
-    return frozenset(names)
-
-
-def vllm(sample: str) -> str:
-    """A vLLM sample name, refused unless the pinned vLLM version exposes it."""
-    if sample not in _vllm_samples():
-        raise KeyError(f"vLLM {VLLM_VERSION} exposes no sample {sample!r}")
-    return sample
+def _vllm(family: str, suffix: str = "") -> str:
+    """A vLLM family's sample (``suffix``: ``_total``, ``_bucket``, ...), as the pinned vLLM version exposes it."""
+    return vllm_metrics.exposed(family + suffix, VLLM_VERSION)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -309,12 +273,12 @@ def _sel(metric: str, matchers: str, extra: str = "") -> str:
 
 def _reporting_gpus(matchers: str) -> str:
     """GPUs whose leader reported in the last round, per group."""
-    return f"({_sel(GPUS, matchers)} * {_ON_GROUP} {_sel(COVERAGE, matchers)})"
+    return f"({_sel(names.GPUS, matchers)} * {_ON_GROUP} {_sel(names.COVERAGE, matchers)})"
 
 
 def _billed_tps(matchers: str) -> str:
     """Billed tokens/s per group: billed per GPU × reporting GPUs (adds up across roles; see module doc)."""
-    return f"({_sel(TOKENS_PER_SECOND_PER_GPU, matchers)} * {_ON_GROUP} {_reporting_gpus(matchers)})"
+    return f"({_sel(names.TOKENS_PER_SECOND_PER_GPU, matchers)} * {_ON_GROUP} {_reporting_gpus(matchers)})"
 
 
 def _quantile(q: float, histogram_bucket: str, matchers: str, by: str = "") -> str:
@@ -325,16 +289,18 @@ def _quantile(q: float, histogram_bucket: str, matchers: str, by: str = "") -> s
 # ---------------------------------------------------------------------------------------------------------------
 # The dashboards
 
-_NAMESPACE = Variable("namespace", "Namespace", f"label_values({GPUS}, namespace)")
-_SERVING_OF_NAMESPACE = Variable("serving", "Serving", f'label_values({GPUS}{{namespace=~"$namespace"}}, serving)')
+_NAMESPACE = Variable("namespace", "Namespace", f"label_values({names.GPUS}, namespace)")
+_SERVING_OF_NAMESPACE = Variable(
+    "serving", "Serving", f'label_values({names.GPUS}{{namespace=~"$namespace"}}, serving)'
+)
 
 
 def fleet() -> Dashboard:
     billed = _billed_tps(_FLEET)
     reporting = _reporting_gpus(_FLEET)
     money_per_gpu_hour = (
-        f"sum by (currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})"
-        f" / on() group_left sum({_sel(GPUS, _FLEET)} and {_ON_GROUP} {_sel(REVENUE_PER_HOUR, _FLEET)})"
+        f"sum by (currency) ({_sel(names.REVENUE_PER_HOUR, _FLEET)})"
+        f" / on() group_left sum({_sel(names.GPUS, _FLEET)} and {_ON_GROUP} {_sel(names.REVENUE_PER_HOUR, _FLEET)})"
     )
     headline = Row(
         "Fleet",
@@ -347,14 +313,14 @@ def fleet() -> Dashboard:
             Panel("Revenue per GPU-hour", [Query(money_per_gpu_hour, "{{currency}}")], kind="stat",
                   unit="short", decimals=2, width=4, height=5,
                   description="Revenue per hour at the scheduled price over the GPUs of fully reporting groups."),
-            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})",
+            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(names.REVENUE_PER_HOUR, _FLEET)})",
                   "{{currency}}")], kind="stat", unit="short", decimals=0, width=4, height=5),
             Panel("Parity", [Query(
-                f"sum({_sel(PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting}) / sum({reporting}"
-                f" and {_ON_GROUP} {_sel(PARITY_RATIO, _FLEET)})", "parity")], kind="stat", unit="percentunit",
+                f"sum({_sel(names.PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting}) / sum({reporting}"
+                f" and {_ON_GROUP} {_sel(names.PARITY_RATIO, _FLEET)})", "parity")], kind="stat", unit="percentunit",
                 decimals=1, width=4, height=5, thresholds=((None, "red"), (0.9, "orange"), (1.0, "green")),
                 description="GPU-weighted tokens/s per GPU ÷ each serving's reference (spec.parity)."),
-            Panel("GPUs", [Query(f"sum({_sel(GPUS, _FLEET)})", "GPUs")], kind="stat", width=4, height=5,
+            Panel("GPUs", [Query(f"sum({_sel(names.GPUS, _FLEET)})", "GPUs")], kind="stat", width=4, height=5,
                   description="GPUs of the ready groups the operator measures."),
         ],
     )  # fmt: skip
@@ -367,13 +333,13 @@ def fleet() -> Dashboard:
                 f"sum by (namespace, serving) ({billed}) / sum by (namespace, serving) ({reporting})",
                 "{{namespace}}/{{serving}}")], width=12),
             Panel("Revenue per GPU-hour by serving", [Query(
-                f"sum by (namespace, serving, currency) ({_sel(REVENUE_PER_HOUR, _FLEET)})"
+                f"sum by (namespace, serving, currency) ({_sel(names.REVENUE_PER_HOUR, _FLEET)})"
                 f" / on(namespace, serving) group_left sum by (namespace, serving)"
-                f" ({_sel(GPUS, _FLEET)} and {_ON_GROUP} {_sel(REVENUE_PER_HOUR, _FLEET)})",
+                f" ({_sel(names.GPUS, _FLEET)} and {_ON_GROUP} {_sel(names.REVENUE_PER_HOUR, _FLEET)})",
                 "{{namespace}}/{{serving}} ({{currency}})")], unit="short", decimals=2, width=12),
             Panel("Parity by serving", [Query(
-                f"sum by (namespace, serving) ({_sel(PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting})"
-                f" / sum by (namespace, serving) ({reporting} and {_ON_GROUP} {_sel(PARITY_RATIO, _FLEET)})",
+                f"sum by (namespace, serving) ({_sel(names.PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting})"
+                f" / sum by (namespace, serving) ({reporting} and {_ON_GROUP} {_sel(names.PARITY_RATIO, _FLEET)})",
                 "{{namespace}}/{{serving}}")], unit="percentunit", width=12,
                 thresholds=((None, "red"), (0.9, "orange"), (1.0, "green"))),
         ],
@@ -381,10 +347,10 @@ def fleet() -> Dashboard:
     capacity = Row(
         "NVLink domains",
         [
-            Panel("GPUs by NVLink domain", [Query(f"sum by (domain) ({_sel(GPUS, _FLEET)})", "{{domain}}")],
+            Panel("GPUs by NVLink domain", [Query(f"sum by (domain) ({_sel(names.GPUS, _FLEET)})", "{{domain}}")],
                   kind="bargauge", width=12, height=10,
                   description="GPUs of placed groups per NVLink domain (rack); one group never spans two."),
-            Panel("Free nodes per rack", [Query(f"sum by (domain) ({DOMAIN_FREE_NODES})", "{{domain}}")],
+            Panel("Free nodes per rack", [Query(f"sum by (domain) ({names.DOMAIN_FREE_NODES})", "{{domain}}")],
                   kind="bargauge", width=12, height=10, min=0, max=18,
                   thresholds=((None, "red"), (1, "orange"), (4, "green")),
                   description="Schedulable nodes without a group, per NVLink domain: what the next group can use."),
@@ -407,7 +373,7 @@ def serving() -> Dashboard:
 
     def tps(kind: str, by: str = "") -> str:
         matcher = 'kind="' + kind + '"'
-        return f"sum{f' by ({by})' if by else ''}({_sel(TOKENS_PER_SECOND, s, matcher)})"
+        return f"sum{f' by ({by})' if by else ''}({_sel(names.TOKENS_PER_SECOND, s, matcher)})"
 
     throughput = Row(
         "Throughput",
@@ -422,30 +388,31 @@ def serving() -> Dashboard:
                 f"{tps('prompt_cached', 'role')} / {tps('prompt', 'role')}", "{{role}}")],
                 unit="percentunit", min=0, max=1, width=6,
                 description="Prompt tokens served from the prefix cache, billed at the cache-hit price."),
-            Panel("Tokens/s per GPU", [Query(_sel(TOKENS_PER_SECOND_PER_GPU, s), "{{role}} {{domain}}")], width=6),
+            Panel("Tokens/s per GPU", [Query(_sel(names.TOKENS_PER_SECOND_PER_GPU, s), "{{role}} {{domain}}")],
+                  width=6),
             Panel("Speculative decoding acceptance", [
-                Query(_sel(SPEC_ACCEPTANCE_RATE, s), "acceptance {{role}} {{domain}}")],
+                Query(_sel(names.SPEC_ACCEPTANCE_RATE, s), "acceptance {{role}} {{domain}}")],
                 unit="percentunit", min=0, max=1, width=8,
                 description="Accepted ÷ proposed draft tokens."),
-            Panel("Mean accepted length", [Query(_sel(SPEC_MEAN_ACCEPTED_LENGTH, s), "{{role}} {{domain}}")],
+            Panel("Mean accepted length", [Query(_sel(names.SPEC_MEAN_ACCEPTED_LENGTH, s), "{{role}} {{domain}}")],
                   width=8, description="Tokens emitted per decoding step: 1 + accepted draft tokens per draft."),
             Panel("Streaming tokens/s per request", [
-                Query(_sel(STREAMING_TPS_PER_REQUEST, s), "{{role}} {{domain}}")], width=8,
+                Query(_sel(names.STREAMING_TPS_PER_REQUEST, s), "{{role}} {{domain}}")], width=8,
                 description="Generated tokens/s ÷ running requests: the speed one user sees."),
         ],
     )  # fmt: skip
     money = Row(
         "Revenue",
         [
-            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(REVENUE_PER_HOUR, s)})", "{{currency}}")],
+            Panel("Revenue per hour", [Query(f"sum by (currency) ({_sel(names.REVENUE_PER_HOUR, s)})", "{{currency}}")],
                   unit="short", width=8),
             Panel("Revenue, cost and margin per GPU-hour", [
-                Query(_sel(REVENUE_PER_GPU_HOUR, s), "revenue {{role}} {{domain}}"),
-                Query(_sel(COST_PER_GPU_HOUR, s), "cost {{role}} {{domain}}"),
-                Query(_sel(MARGIN_PER_GPU_HOUR, s), "margin {{role}} {{domain}}")], unit="short", width=8),
+                Query(_sel(names.REVENUE_PER_GPU_HOUR, s), "revenue {{role}} {{domain}}"),
+                Query(_sel(names.COST_PER_GPU_HOUR, s), "cost {{role}} {{domain}}"),
+                Query(_sel(names.MARGIN_PER_GPU_HOUR, s), "margin {{role}} {{domain}}")], unit="short", width=8),
             Panel("Price multiplier and parity", [
-                Query(_sel(PRICE_MULTIPLIER, s), "price × {{role}} {{domain}}"),
-                Query(_sel(PARITY_RATIO, s), "parity {{role}} {{domain}}")], width=8,
+                Query(_sel(names.PRICE_MULTIPLIER, s), "price × {{role}} {{domain}}"),
+                Query(_sel(names.PARITY_RATIO, s), "parity {{role}} {{domain}}")], width=8,
                 description="The time-of-day price multiplier (1 outside every window) and the parity ratio."),
         ],
     )  # fmt: skip
@@ -453,22 +420,23 @@ def serving() -> Dashboard:
         "vLLM (from the pods' own /metrics)",
         [
             Panel("Time to first token", [
-                Query(_quantile(q, vllm("vllm:time_to_first_token_seconds_bucket"), v), f"p{int(q * 100)}")
+                Query(_quantile(q, _vllm(vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS, "_bucket"), v), f"p{int(q * 100)}")
                 for q in (0.5, 0.9, 0.99)], unit="s", width=8),
             Panel("Inter-token latency", [
-                Query(_quantile(q, vllm("vllm:inter_token_latency_seconds_bucket"), v), f"p{int(q * 100)}")
+                Query(_quantile(q, _vllm(vllm_metrics.INTER_TOKEN_LATENCY_SECONDS, "_bucket"), v), f"p{int(q * 100)}")
                 for q in (0.5, 0.9, 0.99)], unit="s", width=8,
                 description="vLLM's smallest default bucket is 10 ms; finer ITL needs --custom-histogram-buckets."),
-            Panel("KV-cache use", [Query(f"max by (pod) ({_sel(vllm('vllm:kv_cache_usage_perc'), v)})",
+            Panel("KV-cache use", [Query(f"max by (pod) ({_sel(_vllm(vllm_metrics.KV_CACHE_USAGE_PERC), v)})",
                   "{{pod}}")], unit="percentunit", min=0, max=1, width=8,
                   thresholds=((None, "green"), (0.9, "orange"), (0.97, "red"))),
             Panel("Requests running and waiting", [
-                Query(f"sum by (role) ({_sel(vllm('vllm:num_requests_running'), v)})", "running {{role}}"),
-                Query(f"sum by (role) ({_sel(vllm('vllm:num_requests_waiting'), v)})", "waiting {{role}}")],
+                Query(f"sum by (role) ({_sel(_vllm(vllm_metrics.NUM_REQUESTS_RUNNING), v)})", "running {{role}}"),
+                Query(f"sum by (role) ({_sel(_vllm(vllm_metrics.NUM_REQUESTS_WAITING), v)})", "waiting {{role}}")],
                 width=12),
             Panel("Prefix-cache hit rate", [Query(
-                f"sum by (role) (rate({_sel(vllm('vllm:prefix_cache_hits_total'), v)}[$__rate_interval]))"
-                f" / sum by (role) (rate({_sel(vllm('vllm:prefix_cache_queries_total'), v)}[$__rate_interval]))",
+                f"sum by (role) (rate({_sel(_vllm(vllm_metrics.PREFIX_CACHE_HITS, '_total'), v)}[$__rate_interval]))"
+                f" / sum by (role) (rate({_sel(_vllm(vllm_metrics.PREFIX_CACHE_QUERIES, '_total'), v)}"
+                "[$__rate_interval]))",
                 "{{role}}")], unit="percentunit", min=0, max=1, width=12),
         ],
     )  # fmt: skip
@@ -479,7 +447,9 @@ def serving() -> Dashboard:
         variables=[
             dataclasses.replace(_NAMESPACE, multi=False),
             dataclasses.replace(_SERVING_OF_NAMESPACE, multi=False),
-            Variable("role", "Role", f'label_values({GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'),
+            Variable(
+                "role", "Role", f'label_values({names.GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'
+            ),
         ],
         rows=[throughput, money, engine],
         file_name="nvlfleet-serving.json",
@@ -492,14 +462,14 @@ def operator_health() -> Dashboard:
         "Reconcile",
         [
             Panel("Reconciles/s", [Query(
-                f"sum by (namespace, serving) (rate({_sel(RECONCILE_TOTAL, o)}[$__rate_interval]))",
+                f"sum by (namespace, serving) (rate({_sel(names.RECONCILE_TOTAL, o)}[$__rate_interval]))",
                 "{{namespace}}/{{serving}}")], unit="ops", width=8),
             Panel("Reconcile errors/s", [Query(
-                f"sum by (reason) (rate({_sel(RECONCILE_ERRORS_TOTAL, o)}[$__rate_interval]))", "{{reason}}")],
+                f"sum by (reason) (rate({_sel(names.RECONCILE_ERRORS_TOTAL, o)}[$__rate_interval]))", "{{reason}}")],
                 unit="ops", width=8, thresholds=((None, "green"), (0.001, "red"))),
-            Panel("Reconcile latency", [Query(_quantile(q, f"{RECONCILE_DURATION}_bucket", ""), f"p{int(q * 100)}")
-                                        for q in (0.5, 0.99)], unit="s", width=8),
-            Panel("Planner latency", [Query(_quantile(q, f"{PLANNER_DURATION}_bucket", ""), f"p{int(q * 100)}")
+            Panel("Reconcile latency", [Query(_quantile(q, f"{names.RECONCILE_DURATION}_bucket", ""),
+                                              f"p{int(q * 100)}") for q in (0.5, 0.99)], unit="s", width=8),
+            Panel("Planner latency", [Query(_quantile(q, f"{names.PLANNER_DURATION}_bucket", ""), f"p{int(q * 100)}")
                                       for q in (0.5, 0.99)], unit="s", width=8,
                   description="Time to place every group into NVLink domains."),
         ],
@@ -507,14 +477,15 @@ def operator_health() -> Dashboard:
     scraping = Row(
         "Scraping vLLM leaders",
         [
-            Panel("Scrape targets", [Query(f"sum by (state) ({SCRAPE_TARGETS})", "{{state}}")], stacked=True,
+            Panel("Scrape targets", [Query(f"sum by (state) ({names.SCRAPE_TARGETS})", "{{state}}")], stacked=True,
                   width=8, description="Leaders that answered (up), have no rate yet (pending) or failed (down)."),
             Panel("Scrape errors/s", [Query(
-                f"sum by (namespace, serving, reason) (rate({_sel(SCRAPE_ERRORS_TOTAL, o)}[$__rate_interval]))",
+                f"sum by (namespace, serving, reason) (rate({_sel(names.SCRAPE_ERRORS_TOTAL, o)}[$__rate_interval]))",
                 "{{namespace}}/{{serving}} {{reason}}")], unit="ops", width=8),
-            Panel("Scrape latency", [Query(_quantile(q, f"{SCRAPE_DURATION}_bucket", ""), f"p{int(q * 100)}")
+            Panel("Scrape latency", [Query(_quantile(q, f"{names.SCRAPE_DURATION}_bucket", ""), f"p{int(q * 100)}")
                                      for q in (0.5, 0.99)], unit="s", width=8),
-            Panel("Telemetry coverage", [Query(_sel(COVERAGE, o), "{{namespace}}/{{serving}} {{role}} {{domain}}")],
+            Panel("Telemetry coverage",
+                  [Query(_sel(names.COVERAGE, o), "{{namespace}}/{{serving}} {{role}} {{domain}}")],
                   unit="percentunit", min=0, max=1, width=24,
                   description="Share of each group's GPUs whose leader reported in the last round."),
         ],
@@ -523,7 +494,7 @@ def operator_health() -> Dashboard:
         uid="nvlfleet-operator",
         title="nvlfleet / Operator",
         description="Health of the nvlfleet operator: reconciliation, placement and telemetry scraping.",
-        variables=[Variable("namespace", "Namespace", f"label_values({RECONCILE_TOTAL}, namespace)")],
+        variables=[Variable("namespace", "Namespace", f"label_values({names.RECONCILE_TOTAL}, namespace)")],
         rows=[reconcile, scraping],
         file_name="nvlfleet-operator.json",
     )

@@ -3,7 +3,7 @@
 Adapter around the pure core, run by people: two ``/metrics`` texts taken ``--interval`` seconds apart (e.g.
 ``curl -s LEADER:8000/metrics > A.prom; sleep 60; curl -s LEADER:8000/metrics > B.prom``), a pricing block and
 the GPUs behind the server, through exactly the parser, rate and economics code the operator runs
-(``telemetry.parse_sample`` / ``telemetry.measure`` / ``economics.evaluate``).
+(``samples.parse_sample`` / ``rates.measure`` / ``economics.evaluate``).
 
 ``PRICING.yaml`` holds exactly a DeepSeekServing's ``spec.pricing`` block (camelCase keys). ``--at`` is when
 the second scrape was taken (UTC; default: now); the schedule is integrated over ``[at - interval, at]``.
@@ -30,9 +30,8 @@ from typing import Any
 import pydantic
 import yaml
 
-from nvlfleet.adapters import telemetry
 from nvlfleet.api import models, problems
-from nvlfleet.core import economics
+from nvlfleet.core import economics, rates, samples
 
 
 class BadInput(Exception):
@@ -95,7 +94,7 @@ def _compute(args: argparse.Namespace) -> dict[str, Any]:
     before = _sample(Path(args.before), start.timestamp())
     after = _sample(Path(args.after), end.timestamp())
     # Offline, sample times are what the user says, not clock readings: ``_created`` cannot place a restart.
-    measurement = telemetry.measure(before, after, trust_created=False)
+    measurement = rates.measure(before, after, trust_created=False)
     if measurement.rates is None:
         reason = measurement.reason
         if measurement.restarted:
@@ -161,14 +160,14 @@ def _load_yaml(path: Path) -> Any:
         raise BadInput(f"{path}: not YAML: {err}") from err
 
 
-def _sample(path: Path, at: float) -> telemetry.Sample:
+def _sample(path: Path, at: float) -> samples.Sample:
     try:
         body = path.read_bytes()
     except OSError as err:
         raise BadInput(f"{path}: cannot read: {err.strerror or err}") from err
     try:
-        return telemetry.parse_sample(body, at)
-    except telemetry.ScrapeError as err:
+        return samples.parse_sample(body, at)
+    except samples.ScrapeError as err:
         raise BadInput(f"{path}: not a usable vLLM /metrics text ({err.reason}): {err}") from err
 
 

@@ -27,7 +27,7 @@ import time
 
 from aiohttp import web
 
-from nvlfleet.adapters import kube, telemetry
+from nvlfleet.adapters import exporter, kube
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
 RENEW_SECONDS = 5  # how often the leader renews
@@ -155,7 +155,7 @@ async def _serve_standby_health(host: str, port: int) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"standby": True})
 
-    return await telemetry.serve_route(host, port, "/healthz", healthz)
+    return await exporter.serve_route(host, port, "/healthz", healthz)
 
 
 async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> float:

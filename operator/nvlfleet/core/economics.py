@@ -1,8 +1,9 @@
 """Unit economics of a vLLM fleet: tokens/s, speculative-decoding yield, revenue and margin per GPU-hour.
 
-Pure core, last step of the telemetry flow: vLLM /metrics → ``telemetry`` (counters → per-second rates, summed
-over engines and leaders) → **economics** (rates × price table × time-of-day schedule) → Prometheus gauges and
-the serving's status. Also used offline by ``nvlfleet economics`` on two saved scrapes.
+Pure core, last step of the telemetry flow: vLLM /metrics → ``samples`` → ``rates`` (counters → per-second
+rates over one interval) → **economics** (rates × price table × time-of-day schedule, per interval and per group
+of leaders) → Prometheus gauges and the serving's status (``adapters.scraper``, ``adapters.exporter``). Also used
+offline by ``nvlfleet economics`` on two saved scrapes. All money nvlfleet computes is computed here.
 
 Conventions:
 
@@ -21,6 +22,9 @@ Conventions:
   billed once: with a prefill role, prefill bills prompt tokens and decode bills generated tokens
   (``Billing.for_role``). Per-role token rates stay as vLLM measured them; ``total`` and revenue use the billed
   view, so they add up across roles.
+- Revenue accrues per server over its own interval (``interval_revenue``), so a total stays exact across missed
+  scrapes (the next interval covers the gap). A group's summed rates are priced with ``group_multiplier``, which
+  weights each server's interval multiplier by its revenue, so the group prices like its servers one by one.
 """
 
 from __future__ import annotations
@@ -228,6 +232,96 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def _plus_one(x: float | None) -> float | None:
     return None if x is None else 1.0 + x
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Intervals of servers and groups of them
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """Rates one server measured over ``[start, end]`` (epoch seconds) while serving ``role``: what is priced."""
+
+    role: str
+    rates: Rates
+    start: float
+    end: float
+
+
+def interval_multiplier(pricing: models.PricingSpec | None, start: float, end: float) -> float:
+    """The schedule's multiplier integrated over ``[start, end]`` (epoch seconds); 1 without a price table."""
+    if pricing is None:
+        return 1.0
+    return mean_multiplier(pricing, _utc(start), _utc(end))
+
+
+def price_interval(interval: Interval, *, pricing: models.PricingSpec | None, disaggregated: bool) -> Economics:
+    """One server's interval, billed for its role and priced over its own interval (no GPUs: no per-GPU figures)."""
+    return evaluate(
+        interval.rates,
+        gpus=None,
+        pricing=pricing,
+        multiplier=interval_multiplier(pricing, interval.start, interval.end),
+        billing=Billing.for_role(interval.role, disaggregated=disaggregated),
+    )
+
+
+def interval_revenue(interval: Interval, *, pricing: models.PricingSpec | None, disaggregated: bool) -> float | None:
+    """Revenue earned over the interval: billed rates × prices × ∫ multiplier dt; ``None`` if it has no price."""
+    revenue_per_hour = price_interval(interval, pricing=pricing, disaggregated=disaggregated).revenue_per_hour
+    if revenue_per_hour is None:
+        return None
+    return revenue_per_hour * ((interval.end - interval.start) / SECONDS_PER_HOUR)
+
+
+def group_multiplier(
+    intervals: Sequence[Interval], *, pricing: models.PricingSpec | None, disaggregated: bool
+) -> float:
+    """The multiplier that prices the group's summed rates like its servers priced one by one.
+
+    Leaders are scraped at slightly different times, so near a window boundary their intervals carry
+    different multipliers; weighting by each server's revenue at base price keeps the sum exact.
+    """
+    if pricing is None:
+        return 1.0
+    base = weighted = 0.0
+    latest = 1.0
+    for interval in sorted(intervals, key=lambda i: i.end):
+        latest = interval_multiplier(pricing, interval.start, interval.end)
+        revenue = price_interval(interval, pricing=pricing, disaggregated=disaggregated).revenue_per_hour or 0.0
+        weighted += revenue
+        base += revenue / latest
+    return weighted / base if base > 0 else latest
+
+
+def evaluate_group(
+    intervals: Sequence[Interval],
+    *,
+    gpus: int,
+    pricing: models.PricingSpec | None,
+    disaggregated: bool,
+    parity_reference: float | None,
+    whole_serving: bool,
+) -> Economics:
+    """Economics of the servers that reported in one group, on their ``gpus``.
+
+    ``whole_serving``: the servers span the serving's roles, so each role's billed share is summed; otherwise
+    they share one role and are billed as it is.
+    """
+    billings = [Billing.for_role(i.role, disaggregated=disaggregated) for i in intervals]
+    rates = [i.rates for i in intervals]
+    return evaluate(
+        total([b.view(r) for b, r in zip(billings, rates, strict=True)] if whole_serving else rates),
+        gpus=gpus,
+        pricing=pricing,
+        multiplier=group_multiplier(intervals, pricing=pricing, disaggregated=disaggregated),
+        billing=BILL_ALL if whole_serving else billings[0],
+        parity_reference=parity_reference,
+    )
+
+
+def _utc(t: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A simulated vLLM 0.33 OpenAI server: ``/metrics`` in vLLM's exposition, ``/health``, ``/v1/models``.
 
 Test and demo adapter, not part of the operator's data flow: it stands where a group leader's vLLM API server
-stands, so the scraper (``telemetry``) and a real Prometheus read it exactly as they would read vLLM, and every
+stands, so the scraper (``adapters.scraper``) and a real Prometheus read it exactly as they would read vLLM, and every
 gauge can be checked against ground truth (the ``Load`` it was given).
 
 What makes it vLLM-shaped: every family, type, label set, label value and histogram bucket comes from the pinned
@@ -34,7 +34,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import metrics_core
 
-from nvlfleet.facts import facts
+from nvlfleet.facts import facts, vllm_metrics
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -102,16 +102,16 @@ class Load:
         """Rate per counter family name (before the per-label split), tokens or events per second."""
         k = self.speculative_tokens
         rates = {
-            "vllm:prompt_tokens": self.prompt,
-            "vllm:prompt_tokens_cached": self.prompt_cached,
-            "vllm:generation_tokens": self.generation,
-            "vllm:prefix_cache_queries": self.prompt,
-            "vllm:prefix_cache_hits": self.prompt_cached,
+            vllm_metrics.PROMPT_TOKENS: self.prompt,
+            vllm_metrics.PROMPT_TOKENS_CACHED: self.prompt_cached,
+            vllm_metrics.GENERATION_TOKENS: self.generation,
+            vllm_metrics.PREFIX_CACHE_QUERIES: self.prompt,
+            vllm_metrics.PREFIX_CACHE_HITS: self.prompt_cached,
         }
         if k:
-            rates["vllm:spec_decode_num_drafts"] = self.spec_drafts
-            rates["vllm:spec_decode_num_draft_tokens"] = self.spec_drafts * k
-            rates["vllm:spec_decode_num_accepted_tokens"] = self.spec_drafts * k * self.acceptance_rate
+            rates[vllm_metrics.SPEC_DECODE_NUM_DRAFTS] = self.spec_drafts
+            rates[vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS] = self.spec_drafts * k
+            rates[vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS] = self.spec_drafts * k * self.acceptance_rate
         return rates
 
 
@@ -133,9 +133,9 @@ def _label_shares(load: Load) -> dict[str, dict[str, float]]:
 
 # Families whose base rate is another family's (the label split above then applies).
 _RATE_OF = {
-    "vllm:prompt_tokens_by_source": "vllm:prompt_tokens",
-    "vllm:prompt_tokens_cached_by_source": "vllm:prompt_tokens_cached",
-    "vllm:spec_decode_num_accepted_tokens_per_pos": "vllm:spec_decode_num_accepted_tokens",
+    "vllm:prompt_tokens_by_source": vllm_metrics.PROMPT_TOKENS,
+    "vllm:prompt_tokens_cached_by_source": vllm_metrics.PROMPT_TOKENS_CACHED,
+    "vllm:spec_decode_num_accepted_tokens_per_pos": vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS,
 }
 
 # Families only present with flags the simulated server does not use (see "conditional" in the facts).
@@ -146,8 +146,8 @@ _NOT_REGISTERED = ("vllm:kv_block_", "vllm:cache_config_info", "vllm:tool_call_p
 _TOKEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000]
 _ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 _HISTOGRAMS: dict[str, tuple[str | list[float], float]] = {
-    "vllm:time_to_first_token_seconds": ("time_to_first_token", 0.35),
-    "vllm:inter_token_latency_seconds": ("inter_token_latency", 0.02),
+    vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS: ("time_to_first_token", 0.35),
+    vllm_metrics.INTER_TOKEN_LATENCY_SECONDS: ("inter_token_latency", 0.02),
     "vllm:request_time_per_output_token_seconds": ("inter_token_latency", 0.022),
     "vllm:e2e_request_latency_seconds": ("request_latency", 25.0),
     "vllm:request_queue_time_seconds": ("request_latency", 0.05),
@@ -160,7 +160,7 @@ _HISTOGRAMS: dict[str, tuple[str | list[float], float]] = {
 }
 
 
-_PER_TOKEN = ("vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total")
+_PER_TOKEN = (vllm_metrics.INTER_TOKEN_LATENCY_SECONDS, "vllm:iteration_tokens_total")
 
 # A sample's value as a function of the endpoint and the time; engines with equal values share one function.
 Value = Callable[["Endpoint", float], float]
@@ -359,11 +359,11 @@ class Endpoint:
             return lambda ep, now: ep.counter(family, now) * share
         load = self._load
         gauge = {
-            "vllm:num_requests_running": load.running_requests,
-            "vllm:num_requests_waiting": load.waiting_requests,
+            vllm_metrics.NUM_REQUESTS_RUNNING: load.running_requests,
+            vllm_metrics.NUM_REQUESTS_WAITING: load.waiting_requests,
             "vllm:num_requests_waiting_by_reason": load.waiting_requests,
             # Fractions and states are per engine, not split across engines.
-            "vllm:kv_cache_usage_perc": load.kv_cache_usage * self.engines,
+            vllm_metrics.KV_CACHE_USAGE_PERC: load.kv_cache_usage * self.engines,
             "vllm:engine_sleep_state": float(self.engines),  # awake = 1 on every engine
         }.get(name, 0.0)
         return lambda ep, now: gauge * share
@@ -390,7 +390,7 @@ class Endpoint:
             else bounds_or_family
         )
         # Observations per engine: one per request, per generated token (ITL), or per engine step.
-        source = "vllm:generation_tokens" if name in _PER_TOKEN else "requests"
+        source = vllm_metrics.GENERATION_TOKENS if name in _PER_TOKEN else "requests"
         per_step = max(self._load.running_requests / len(engines), 1.0) if name == "vllm:iteration_tokens_total" else 1
         divisor = len(engines) * per_step
 

@@ -1,0 +1,42 @@
+"""The operator's own metrics: counted, timed and replaced as the operator works, each on its own registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvlfleet.adapters import exporter
+from nvlfleet.api import metric_names as names
+from nvlfleet.api import problems
+
+
+def test_operator_metrics_live_on_their_own_registry() -> None:
+    a, b = exporter.OperatorMetrics(), exporter.OperatorMetrics()
+
+    with a.reconciling("ml", "flash"):
+        pass
+    with pytest.raises(problems.InvalidSpec), a.reconciling("ml", "flash"):
+        raise problems.InvalidSpec([problems.Problem("spec.gpu", "bad")])
+    with a.planning():
+        pass
+    a.set_free_nodes({"clique-a": 3, "clique-b": 0})
+    a.set_free_nodes({"clique-a": 2})
+    a.set_conditions("ml", "flash", {"Ready": False, "Placed": True, "Progressing": True})
+    a.set_conditions("ml", "flash", {"Ready": True, "Placed": True})
+    a.set_conditions("ml", "gone", {"Ready": True})
+    a.forget_serving("ml", "gone")
+
+    value = a.registry.get_sample_value
+    assert value(names.RECONCILE_TOTAL, {"namespace": "ml", "serving": "flash"}) == 2
+    assert value(names.RECONCILE_ERRORS_TOTAL, {"namespace": "ml", "serving": "flash", "reason": "InvalidSpec"}) == 1
+    assert value(names.RECONCILE_DURATION + "_count") == 2
+    assert value(names.PLANNER_DURATION + "_count") == 1
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-a"}) == 2
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-b"}) is None
+    conditions = {
+        s.labels["condition"]: s.value
+        for s in a.serving_condition.collect()[0].samples
+        if s.labels["serving"] == "flash"
+    }
+    assert conditions == {"Ready": 1.0, "Placed": 1.0}
+    assert not [s for s in a.serving_condition.collect()[0].samples if s.labels["serving"] == "gone"]
+    assert b.registry.get_sample_value(names.RECONCILE_DURATION + "_count") == 0
