@@ -13,7 +13,10 @@ from nvlfleet.core import privileges
 TOKEN = "hf_" + "a1B2c3D4e5" * 4
 
 
-def refusals(allowed: policy.Policy = policy.Policy(), **spec: Any) -> list[tuple[str, str]]:
+DEFAULT = policy.Policy()
+
+
+def refusals(allowed: policy.Policy = DEFAULT, **spec: Any) -> list[tuple[str, str]]:
     return [(p.path, p.message) for p in privileges.problems_of(serving(**spec).spec, allowed)]
 
 
