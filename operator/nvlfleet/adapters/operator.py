@@ -106,7 +106,7 @@ class Operator:
         Passes of one serving run one after the other; passes of different servings run side by side (up to
         ``Config.passes_at_once``), except that a pass that places groups holds the fleet lock from deciding to
         applying: where new groups go depends on every other serving's groups, so it decides again once it holds
-        the lock, from caches that include every group placed before it (``Written``). Status and events are
+        the lock, from caches that include every group placed before it (``caches.Written``). Status and events are
         written after the lock is released."""
         api = self._api()
         async with self._serving_lock(key), self.passes:
@@ -212,7 +212,8 @@ class Operator:
     def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
         """What one pass looks at: the serving's children from the API server; nodes, GPU pods and other
         servings' LeaderWorkerSets from the watch caches, the last with this process's own writes the watch has
-        not delivered yet (``Written``) — so a pass never plans against a rack as it was before the previous one."""
+        not delivered yet (``caches.Written``) — so a pass never plans against a rack as it was before the previous
+        one."""
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
@@ -255,7 +256,7 @@ class Operator:
         return found
 
     def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
-        """The children: applied (LeaderWorkerSets noted in ``Written`` at once), then pruned."""
+        """The children: applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
         meta = serving["metadata"]
         for obj in decision.apply:
             applied = api.apply(obj)
