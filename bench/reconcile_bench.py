@@ -4,7 +4,7 @@ Run: ``.venv/bin/python bench/reconcile_bench.py`` (PYTHONPATH=cluster, as the M
 what the operator hands ``reconciler.reconcile`` on the cluster of figures 1 and 2: the 1,008 kwok GB200 trays
 of 56 racks (``localcluster.fleet``) and 1,000 GPU pods bound to them, as the operator's indexes hold them
 (nodes and bound pods parsed once per watch event: ``main.fleet_nodes``, ``main.bound_gpu_pods``; pods also
-trimmed, ``main._trim_pod``), and one serving with its children. Two figures, each the median of repeated
+trimmed, ``caches.trim_pod``), and one serving with its children. Two figures, each the median of repeated
 passes after a warm-up pass: a pass that builds the fleet view itself (the first pass after a node, GPU pod or
 LeaderWorkerSet changed) and a pass handed the view an earlier pass built (``reconciler.FleetView``, an idle
 re-check).
@@ -22,7 +22,7 @@ from typing import Any
 import convergence
 from localcluster import fleet
 
-from nvlfleet.adapters import main
+from nvlfleet.adapters import caches, main
 from nvlfleet.api import models
 from nvlfleet.core import reconciler
 
@@ -40,7 +40,7 @@ def snapshot(racks: int = RACKS, pods: int = PODS) -> reconciler.Snapshot:
     children = reconciler.reconcile(reconciler.Snapshot(serving=serving, now=now, nodes=parsed)).apply
     raw = [_pod(i, node["metadata"]["name"]) for i, node in zip(range(pods), nodes, strict=False)]
     bound = [main.bound_gpu_pods(pod["metadata"]["name"], pod)[None] for pod in raw]
-    trimmed = [main._trim_pod(pod) for pod in raw]
+    trimmed = [caches.trim_pod(pod) for pod in raw]
     return reconciler.Snapshot(
         serving=serving, now=now, nodes=parsed, pods=trimmed, bound=bound, children=list(children)
     )

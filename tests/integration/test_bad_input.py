@@ -2,9 +2,9 @@
 condition; the operator never crash-loops and a healthy serving beside the bad ones keeps being reconciled.
 
 The operator runs *without* its admission webhook: the webhook is a fast path for feedback (failurePolicy Ignore,
-see nvlfleet.adapters.main), so what must hold without it is what is proven here — the CRD's schema and CEL rules refuse
-what they can see, and the reconciler reports the rest as ``Ready=False`` (``InvalidSpec`` naming the field, or
-a capacity condition for what needs cluster facts) while creating nothing for that serving.
+see nvlfleet.adapters.webhook), so what must hold without it is what is proven here — the CRD's schema and CEL
+rules refuse what they can see, and the reconciler reports the rest as ``Ready=False`` (``InvalidSpec`` naming the
+field, or a capacity condition for what needs cluster facts) while creating nothing for that serving.
 
 Examples:
 

@@ -305,12 +305,10 @@ def test_the_status_carries_measured_tokens_per_second_and_revenue_per_gpu_hour(
     start_operator: Callable[..., Any],
     wait_for: Wait,
     tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fleet = gb200_fleet(racks=1)
-    monkeypatch.setenv("NVLFLEET_SCRAPE_SECONDS", "5")  # long enough that timing jitter on a busy machine is small
-    monkeypatch.setenv("NVLFLEET_STATUS_METRICS_SECONDS", "2")
-    start_operator()
+    # A scrape every 5 s: long enough that timing jitter on a busy machine is small.
+    start_operator(extra=["--scrape-seconds", "5", "--status-metrics-seconds", "2"])
     pricing = {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.60}
     cluster.create(serving("earning", fleet, groups=1, nodes=2, pricing=pricing))
     wait_for(lambda: cluster.ready("earning"), 120, "the serving to report Ready")

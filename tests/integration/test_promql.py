@@ -218,9 +218,9 @@ def test_every_dashboard_query_and_alert_signal_returns_data(
         [NVLFLEET, "run", "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--namespace", quota_namespace,
          "--bind-address", "127.0.0.1", "--metrics-port", str(metrics_port),
          "--health-port", str(localprometheus.free_port()), "--webhook-port", str(localprometheus.free_port()),
-         "--webhook-cert-dir", str(self_signed_certificate(tmp_path / "webhook")), "--recheck-seconds", "3"],
+         "--webhook-cert-dir", str(self_signed_certificate(tmp_path / "webhook")), "--recheck-seconds", "3",
+         "--scrape-seconds", "2", "--status-metrics-seconds", "5"],
         tmp_path / "operator.log",
-        env={"NVLFLEET_SCRAPE_SECONDS": "2", "NVLFLEET_STATUS_METRICS_SECONDS": "5"},
     )  # fmt: skip
     processes = [operator]
     prometheus: localprometheus.Server | None = None

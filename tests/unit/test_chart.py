@@ -351,7 +351,7 @@ def _openssl(*args: str, stdin: bytes | None = None) -> str:
 
 
 def test_the_webhook_calls_the_operators_handler_through_its_service(helm: pathlib.Path) -> None:
-    from nvlfleet.adapters import main
+    from nvlfleet.adapters.webhook import WEBHOOK_ID
 
     objects = render(helm)
     (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
@@ -359,7 +359,7 @@ def test_the_webhook_calls_the_operators_handler_through_its_service(helm: pathl
         "name": f"{FULLNAME}-webhook",
         "namespace": NAMESPACE,
         "port": 443,
-        "path": f"/{main.WEBHOOK_ID}",
+        "path": f"/{WEBHOOK_ID}",
     }
     assert webhook["rules"] == [
         {

@@ -1,4 +1,4 @@
-"""The operator's caches over its watches: read-your-writes over the LeaderWorkerSet index (``main.Written``) —
+"""The operator's caches over its watches: read-your-writes over the LeaderWorkerSet index (``caches.Written``) —
 a group this process placed a moment ago holds its trays for the next pass even before the watch delivers it,
 and stops overriding the index as soon as the index has caught up — and the fleet view shared by passes until
 a watched object changes (``Operator.changed``)."""
@@ -12,7 +12,8 @@ from typing import Any
 import fleetbuilder as fb
 import servingbuilder as sb
 
-from nvlfleet.adapters import main
+from nvlfleet.adapters import caches, main, operator
+from nvlfleet.adapters.config import Config
 from nvlfleet.core import reconciler
 
 
@@ -30,7 +31,7 @@ def replicas(fleet: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def test_a_write_the_watch_has_not_delivered_counts_over_the_older_cached_object() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120"))
 
     fleet = written.merged([lws("a-decode", 1, "100"), lws("b-decode", 2, "90")])
@@ -40,14 +41,14 @@ def test_a_write_the_watch_has_not_delivered_counts_over_the_older_cached_object
 
 
 def test_a_new_object_the_index_does_not_hold_yet_is_added() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120"))
 
     assert replicas(written.merged([lws("b-decode", 2, "90")])) == {"b-decode": 2, "a-decode": 3}
 
 
 def test_once_the_index_holds_the_write_or_a_later_state_the_index_wins_and_the_write_is_forgotten() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120"))
 
     assert replicas(written.merged([lws("a-decode", 3, "120")])) == {"a-decode": 3}
@@ -59,14 +60,14 @@ def test_once_the_index_holds_the_write_or_a_later_state_the_index_wins_and_the_
 
 
 def test_resource_versions_compare_as_numbers_not_strings() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "1000"))
 
     assert replicas(written.merged([lws("a-decode", 1, "999")])) == {"a-decode": 3}
 
 
 def test_a_watch_event_at_or_after_the_write_forgets_it() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120"))
 
     written.seen(lws("a-decode", 1, "110"))
@@ -76,7 +77,7 @@ def test_a_watch_event_at_or_after_the_write_forgets_it() -> None:
 
 
 def test_the_deletion_of_an_older_object_of_the_same_name_keeps_the_new_write() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120", uid="new"))
 
     written.seen(lws("a-decode", 1, "115", uid="old"), deleted=True)
@@ -86,7 +87,7 @@ def test_the_deletion_of_an_older_object_of_the_same_name_keeps_the_new_write() 
 
 
 def test_versions_that_are_not_numbers_count_only_when_equal() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "v2"))
 
     assert replicas(written.merged([lws("a-decode", 1, "v1")])) == {"a-decode": 3}
@@ -99,7 +100,7 @@ def test_versions_that_are_not_numbers_count_only_when_equal() -> None:
 
 
 def test_the_same_name_in_another_namespace_is_another_object() -> None:
-    written = main.Written()
+    written = caches.Written()
     written.note(lws("a-decode", 3, "120", namespace="one"))
 
     fleet = written.merged([lws("a-decode", 1, "130", namespace="two")])
@@ -108,7 +109,7 @@ def test_the_same_name_in_another_namespace_is_another_object() -> None:
 
 
 def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
-    op = main.Operator(main.Config())
+    op = operator.Operator(Config())
     nodes = fb.rack(0) + fb.rack(1)
     op.indices = {"fleet_nodes": {None: [main.fleet_nodes(n["metadata"]["name"], n)[None] for n in nodes]}}
     snapshot = reconciler.Snapshot(

@@ -101,7 +101,7 @@ Under `helm template` there is no cluster to look up, so every run generates a f
 {{- end }}
 
 {{/* The validating handler's URL path: kopf serves each admission handler at /<handler id>. A unit test checks
-it against the id nvlfleet.adapters.main registers. */}}
+it against nvlfleet.adapters.webhook.WEBHOOK_ID, the id it is registered under. */}}
 {{- define "nvlfleet.webhookPath" -}}
 /validate-deepseekserving
 {{- end }}

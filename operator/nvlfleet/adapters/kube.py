@@ -2,8 +2,8 @@
 
 Data flow: … → render → **apply → prune → status** (and the reads that feed inventory and the reconciler).
 Everything here is a thin, synchronous call on the official ``kubernetes`` client's connection (auth, TLS and
-kubeconfig handling come from it); ``nvlfleet.adapters.main`` runs these calls in a worker thread so kopf's event loop
-never blocks. No decisions are taken here: ``nvlfleet.core.reconciler`` decides, this module carries it out.
+kubeconfig handling come from it); ``nvlfleet.adapters.operator`` runs these calls in a worker thread so kopf's
+event loop never blocks. No decisions are taken here: ``nvlfleet.core.reconciler`` decides, this module carries it out.
 
 Rules this module enforces, whoever calls it:
 

@@ -1,7 +1,7 @@
 """``nvlfleet run``: run the operator (kopf) against the current cluster.
 
-The flags become ``NVLFLEET_*`` settings read by ``nvlfleet.adapters.main`` (so
-``kopf run -m nvlfleet.adapters.main`` and this command run the same operator), then kopf starts cluster-wide:
+The flags become the operator's ``Config``; this command builds the ``Operator`` from it and starts kopf with
+the handlers of ``nvlfleet.adapters.main``, handing it the operator in kopf's ``memo``. kopf runs cluster-wide:
 nodes and GPU pods are always watched everywhere because a rack's free capacity is a cluster fact;
 ``--namespace`` limits which DeepSeekServings are reconciled.
 
@@ -9,7 +9,8 @@ Leader election (``--leader-election-lease``) uses a ``coordination.k8s.io`` Lea
 does: a replica starts kopf only once it holds the Lease, renews it every few seconds, and stops (exit 1, so
 its Deployment restarts it as a standby) as soon as it cannot renew within the deadline — before the Lease
 expires for the others, so two replicas never reconcile at once. Until it has stopped, a leader whose last
-successful renewal (timed from when it was sent) is older than that deadline writes nothing: a process frozen
+successful renewal (timed from when it was sent) is older than that deadline writes nothing (the operator is
+built with ``Leadership.current`` as its fence): a process frozen
 past the Lease's expiry (a long pause, a stalled node) wakes up with its writes fenced off, finds the Lease taken
 and exits. A clean shutdown releases the Lease so a standby takes over immediately.
 
@@ -24,10 +25,13 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
 from nvlfleet.adapters import exporter, kube
+from nvlfleet.adapters.config import Config
+from nvlfleet.adapters.operator import Operator
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
 RENEW_SECONDS = 5  # how often the leader renews
@@ -71,23 +75,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAMESPACE", "default"),
         help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
     )
-    parser.add_argument("--recheck-seconds", type=float, default=60.0, help="period of the level re-check")
+    parser.add_argument(
+        "--recheck-seconds", type=float, default=Config.recheck_seconds, help="period of the level re-check"
+    )
+    parser.add_argument(
+        "--scrape-seconds",
+        type=float,
+        default=Config.scrape_seconds,
+        help="period of the scrape of vLLM /metrics on group leaders",
+    )
+    parser.add_argument(
+        "--status-metrics-seconds",
+        type=float,
+        default=Config.status_metrics_seconds,
+        help="at most this often, tokens/s and revenue are copied into each serving's status",
+    )
+    parser.add_argument(
+        "--passes-at-once",
+        type=int,
+        default=Config.passes_at_once,
+        help="reconcile passes of different servings in flight at once",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = {
-        "NVLFLEET_NAMESPACES": ",".join(args.namespace),
-        "NVLFLEET_BIND_ADDRESS": args.bind_address,
-        "NVLFLEET_METRICS_PORT": str(args.metrics_port),
-        "NVLFLEET_WEBHOOK_PORT": str(args.webhook_port),
-        "NVLFLEET_WEBHOOK_HOST": args.webhook_host,
-        "NVLFLEET_WEBHOOK_CERT_DIR": args.webhook_cert_dir or "",
-        "NVLFLEET_RECHECK_SECONDS": str(args.recheck_seconds),
-    }
-    os.environ.update(settings)
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # read by kopf's login and by nvlfleet.adapters.kube
     import kopf
 
     kopf.configure(verbose=args.log_level == "debug", quiet=args.log_level in ("warning", "error"))
@@ -97,21 +109,39 @@ def run(args: argparse.Namespace) -> int:
         # INFO; nvlfleet logs what it changes. Failures still show at WARNING and above.
         for noisy in ("kopf.objects", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    return asyncio.run(_operate(args))
+    return asyncio.run(_operate(args, config_of(args)))
 
 
-async def _operate(args: argparse.Namespace) -> int:
+def config_of(args: argparse.Namespace) -> Config:
+    """The operator's settings from the flags (``Config.from_env`` is for ``kopf run``, which has none)."""
+    return Config(
+        namespaces=frozenset(args.namespace),
+        recheck_seconds=args.recheck_seconds,
+        bind_address=args.bind_address,
+        metrics_port=args.metrics_port,
+        webhook_port=args.webhook_port,
+        webhook_host=args.webhook_host,
+        webhook_cert_dir=args.webhook_cert_dir or None,
+        scrape_seconds=args.scrape_seconds,
+        status_metrics_seconds=args.status_metrics_seconds,
+        passes_at_once=args.passes_at_once,
+        kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
+    )
+
+
+async def _operate(args: argparse.Namespace, config: Config) -> int:
     import kopf
 
-    from nvlfleet.adapters import main  # after the settings are set: importing registers the handlers
+    from nvlfleet.adapters import main  # noqa: F401 — importing registers the handlers with kopf's default registry
 
     stop = asyncio.Event()
     lost = asyncio.Event()
     api: kube.Api | None = None
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     renewing: asyncio.Task[None] | None = None
+    fence: Callable[[], bool] | None = None
     if args.leader_election_lease:
-        api = kube.Api(kube.connect(args.kubeconfig))
+        api = kube.Api(kube.connect(config.kubeconfig))
         # A standby is alive while it waits: it answers /healthz itself until kopf's endpoint takes the port.
         standby = await _serve_standby_health(args.bind_address, args.health_port) if args.health_port else None
         try:
@@ -120,14 +150,20 @@ async def _operate(args: argparse.Namespace) -> int:
             if standby is not None:
                 await standby.cleanup()
         leadership = Leadership(acquired)
-        main.OPERATOR.fence = leadership.current  # no write once the Lease may have passed to another replica
+        fence = leadership.current  # no write once the Lease may have passed to another replica
         renewing = asyncio.create_task(
             _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, leadership, stop, lost)
         )
     liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
     log.info("nvlfleet operator %s starting (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
     try:
-        await kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, liveness_endpoint=liveness)
+        await kopf.operator(
+            clusterwide=True,
+            standalone=True,
+            stop_flag=stop,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(operator=Operator(config, fence=fence)),
+        )
     finally:
         if renewing is not None:
             renewing.cancel()

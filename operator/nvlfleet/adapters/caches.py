@@ -1,0 +1,205 @@
+"""What the operator keeps of its watches: nodes, GPU pods and nvlfleet's LeaderWorkerSets trimmed to the fields
+the planner reads, and this process's own LeaderWorkerSet writes the watch has not delivered yet.
+
+Adapter, at the *read* step of the data flow (inventory + spec → validate → plan → …): kopf's indexes (see
+``nvlfleet.adapters.main``) hold these trimmed objects, so a thousand nodes cost a few hundred bytes each, and a
+pass reads them instead of listing the fleet from the API server. ``Written`` gives the pass read-your-writes
+over the LeaderWorkerSet index: two servings placed back to back never count a tray twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nvlfleet.core import inventory
+
+
+def requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
+    """Whether a pod asks for GPUs (a kopf ``when=`` filter: only such pods are watched for the planner)."""
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or []:
+            resources = container.get("resources") or {}
+            for kind in ("limits", "requests"):
+                if str((resources.get(kind) or {}).get(inventory.GPU_RESOURCE, "0")) not in ("0", ""):
+                    return True
+    return False
+
+
+def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields inventory reads, so the index holds a few hundred bytes per node."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+        "spec": {"unschedulable": bool(spec.get("unschedulable", False)), "taints": list(spec.get("taints") or [])},
+        "status": {
+            "allocatable": dict(status.get("allocatable") or {}),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
+        },
+    }
+
+
+def trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the planner reads of another serving's LeaderWorkerSet: whose it is, where it is pinned (the
+    domain annotation, else its pods' node affinity or selector), how many groups of how many nodes."""
+    meta, spec = body.get("metadata", {}), body.get("spec", {})
+    lwt = spec.get("leaderWorkerTemplate") or {}
+
+    def placement_of(template: Mapping[str, Any] | None) -> dict[str, Any]:
+        pod = (template or {}).get("spec") or {}
+        return {"spec": {k: pod[k] for k in ("affinity", "nodeSelector") if k in pod}}
+
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+        },
+        "spec": {
+            "replicas": spec.get("replicas", 1),
+            "leaderWorkerTemplate": {
+                "size": lwt.get("size", 1),
+                **{k: placement_of(lwt.get(k)) for k in ("leaderTemplate", "workerTemplate") if k in lwt},
+            },
+        },
+    }
+
+
+def node_summary(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What placement depends on, without heartbeats: a change here is worth a re-plan."""
+    node = trim_node(body)
+    return (
+        tuple(sorted(node["metadata"]["labels"].items())),
+        node["spec"]["unschedulable"],
+        tuple(sorted((t.get("key"), t.get("value"), t.get("effect")) for t in node["spec"]["taints"])),
+        str(node["status"]["allocatable"].get(inventory.GPU_RESOURCE, "0")),
+        tuple((c["type"], c["status"]) for c in node["status"]["conditions"]),
+    )
+
+
+def trim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What inventory and the scraper read of a GPU pod: where it runs, what it holds, whether it is ready."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+
+    def containers(field: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": c.get("name"),
+                "resources": dict(c.get("resources") or {}),
+                "ports": list(c.get("ports") or []),
+                **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {}),
+            }
+            for c in spec.get(field) or []
+        ]
+
+    trimmed_meta = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "labels": dict(meta.get("labels") or {}),
+    }
+    if meta.get("deletionTimestamp"):
+        trimmed_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": trimmed_meta,
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": containers("containers"),
+            "initContainers": containers("initContainers"),
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "podIP": status.get("podIP"),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
+            "containerStatuses": [
+                {"name": c.get("name"), "state": {"waiting": (c.get("state") or {}).get("waiting")}}
+                for c in status.get("containerStatuses") or []
+                if (c.get("state") or {}).get("waiting")
+            ],
+        },
+    }
+
+
+class Written:
+    """LeaderWorkerSets this process applied that its watch has not delivered yet: read-your-writes over the
+    ``fleet_lws`` index.
+
+    Where a pass puts new groups depends on every other serving's groups. The index lags the API server by a
+    watch round trip, and two servings are often placed back to back; without this, the second could count the
+    first one's trays as free. An entry lasts until the index holds the same object at the same or a later
+    resourceVersion (the API server issues them as increasing etcd revisions; when one is not an integer, only
+    the same version counts), or until the watch reports it deleted.
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple[str, str], dict[str, Any]] = {}
+        # Passes note and merge in worker threads while watch events arrive on the event loop.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def note(self, applied: dict[str, Any]) -> None:
+        """What the API server answered to an apply (trimmed like the index's entries)."""
+        with self._lock:
+            self._sets[_ident(applied)] = applied
+
+    def seen(self, watched: Mapping[str, Any], deleted: bool = False) -> None:
+        """The watch delivered ``watched``: forget the write it makes redundant. A deletion counts only for the
+        object written (same uid): an old object's deletion can arrive after a new one of that name was applied."""
+        key = _ident(watched)
+        with self._lock:
+            mine = self._sets.get(key)
+            if mine is None:
+                return
+            same = (watched.get("metadata") or {}).get("uid") == (mine.get("metadata") or {}).get("uid")
+            if _caught_up(watched, mine) or (deleted and same):
+                del self._sets[key]
+
+    def merged(self, indexed: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The index's LeaderWorkerSets, each replaced by this process's newer write where the index lags."""
+        fleet: list[Mapping[str, Any]] = []
+        listed = set()
+        with self._lock:
+            for obj in list(indexed):
+                key = _ident(obj)
+                listed.add(key)
+                mine = self._sets.get(key)
+                if mine is not None and _caught_up(obj, mine):
+                    del self._sets[key]
+                    mine = None
+                fleet.append(obj if mine is None else mine)
+            fleet += [obj for key, obj in self._sets.items() if key not in listed]
+        return fleet
+
+
+def _ident(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _caught_up(watched: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether ``watched`` is the object ``written`` describes, or a later state of it."""
+    seen = (watched.get("metadata") or {}).get("resourceVersion")
+    mine = (written.get("metadata") or {}).get("resourceVersion")
+    if isinstance(seen, str) and isinstance(mine, str) and seen.isdigit() and mine.isdigit():
+        return int(seen) >= int(mine)
+    return seen == mine

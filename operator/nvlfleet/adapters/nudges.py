@@ -1,0 +1,99 @@
+"""The nudge queue: which servings get a pass next, and the worker that starts those passes.
+
+Adapter, at the entry of the data flow (… → **a pass for a serving** → read → reconcile → apply → prune →
+status). Every path into the loop but kopf's own create/update/resume handlers is a nudge: a watch event on a
+Node, GPU pod or LeaderWorkerSet nudges the servings it affects (a rack that frees capacity re-plans servings
+waiting for it, a lost node re-plans the servings placed in its rack), a pass that asks to be requeued nudges
+itself for later, a failed pass is retried by a nudge, and the periodic re-check nudges every serving the
+process knows. The queue is debounced, so a burst of pod updates costs one pass per serving.
+
+The re-check is a task (``every``), not a kopf timer: kopf puts a finalizer on every object a timer runs for,
+and a serving could then not be deleted, nor its namespace, while no operator runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nvlfleet.adapters import kube
+from nvlfleet.core import inventory
+
+log = logging.getLogger("nvlfleet")
+
+Reconcile = Callable[[inventory.ServingKey], Awaitable[object]]
+
+
+class Nudges:
+    """Servings to reconcile soon: coalesces bursts (one pass per serving) and holds delayed retries."""
+
+    def __init__(self, debounce: float) -> None:
+        self._debounce = debounce
+        self._due: dict[inventory.ServingKey, float] = {}
+        self._wake = asyncio.Event()
+
+    def add(self, key: inventory.ServingKey, delay: float = 0.0) -> None:
+        when = time.monotonic() + max(delay, self._debounce)
+        self._due[key] = min(self._due.get(key, when), when)
+        self._wake.set()
+
+    async def next_batch(self) -> list[inventory.ServingKey]:
+        """Wait until at least one serving is due, and return every serving due by then."""
+        while True:
+            now = time.monotonic()
+            due = sorted(k for k, t in self._due.items() if t <= now)
+            if due:
+                for key in due:
+                    del self._due[key]
+                return due
+            self._wake.clear()
+            timeout = min(self._due.values()) - now if self._due else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+
+async def work(nudges: Nudges, reconcile: Reconcile, *, watched: Callable[[str], bool], retry_seconds: float) -> None:
+    """Start a pass for every serving that falls due; ``reconcile`` bounds how many run at once. A serving
+    nudged while its pass is still queued or running is due again after it, once, however many nudges."""
+    in_flight: dict[inventory.ServingKey, asyncio.Task[None]] = {}  # also keeps the tasks referenced
+    while True:
+        for key in await nudges.next_batch():
+            if not watched(key.namespace):
+                continue
+            if key in in_flight:
+                nudges.add(key)
+                continue
+            task = in_flight[key] = asyncio.create_task(
+                _nudged(nudges, reconcile, key, retry_seconds), name=f"pass {key}"
+            )
+            task.add_done_callback(functools.partial(_landed, in_flight, key))
+
+
+def _landed(in_flight: dict[inventory.ServingKey, asyncio.Task[None]], key: inventory.ServingKey, _: Any) -> None:
+    in_flight.pop(key, None)
+
+
+async def _nudged(nudges: Nudges, reconcile: Reconcile, key: inventory.ServingKey, retry_seconds: float) -> None:
+    try:
+        await reconcile(key)
+    except kube.ApiError as err:
+        log.warning("reconcile of %s failed, retrying in %.0fs: %s", key, retry_seconds, err)
+        nudges.add(key, retry_seconds)
+    except Exception:
+        log.exception("reconcile of %s failed, retrying in %.0fs", key, retry_seconds)
+        nudges.add(key, retry_seconds)
+
+
+async def every(seconds: float, job: Callable[[], Awaitable[None]]) -> None:
+    """Run ``job`` every ``seconds`` for the operator's lifetime; a failed run is logged, the next one comes."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await job()
+        except Exception:
+            log.exception("periodic job failed")

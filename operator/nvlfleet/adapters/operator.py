@@ -1,0 +1,462 @@
+"""The reconcile pass runtime: one ``Operator`` per process carries a serving from what is there to what should be.
+
+Adapter, the whole operator data flow for one serving at a time:
+
+    read (kube, and kopf's node/pod/LeaderWorkerSet indexes) → reconciler.reconcile (pure) → apply → prune →
+    status → events
+
+and, beside it, the routing of watch events to the servings they affect and the telemetry each pass points at
+(the scraper's targets, the tokens/s and revenue copied into status). ``nvlfleet.adapters.main`` wires it into
+kopf; ``nvlfleet run`` builds it.
+
+Choices worth knowing:
+
+* **Passes side by side, placement one at a time.** Passes of one serving run one after the other; passes of
+  different servings run side by side (a few at once: they mostly wait on the API server). A pass whose decision
+  places new groups (``reconciler.Decision.places_groups``) takes the fleet lock and decides again under it, so
+  two servings planned back to back see each other's LeaderWorkerSets and never over-commit a rack.
+* **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (``recheck_all``)
+  writes nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the
+  status with the observed status). nvlfleet's own Events describe decisions.
+* **Reads from the watch caches.** A pass lists only its own serving's children from the API server. Nodes and
+  GPU pods come from kopf's indexes; other servings' LeaderWorkerSets from the index merged with this process's
+  own applies that the watch has not delivered yet (``caches.Written``). What a pass derives from all of them
+  (``reconciler.FleetView``: the inventory, every serving's groups) is computed once and shared until one of them
+  changes, so an idle re-check of a thousand servings does not rebuild it a thousand times.
+* **Fenced writes.** With leader election (``nvlfleet.commands.run``) the operator is given a ``fence``: once this
+  replica's last Lease renewal is older than the renew deadline it writes nothing, so two replicas never both
+  reconcile.
+* **Missing prerequisites** (the LWS or ComputeDomain API not installed) are a condition on the serving, not an
+  exception, so nothing crash-loops; the re-check notices when the API appears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import itertools
+import logging
+import time
+import weakref
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+from nvlfleet.adapters import caches, exporter, kube, nudges, scraper
+from nvlfleet.adapters.config import Config
+from nvlfleet.api import models, problems
+from nvlfleet.core import group_telemetry, inventory, reconciler
+
+log = logging.getLogger("nvlfleet")
+
+LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LABEL_VALUE_MAX = 63
+
+
+@dataclasses.dataclass
+class _Known:
+    """What the last pass decided for a serving, to route node and pod events to it."""
+
+    domain_label: str
+    domains: frozenset[str]
+    unplaced: int
+
+
+class Operator:
+    """Process-wide state: the API connection, the lock, what each serving last decided, telemetry."""
+
+    def __init__(self, config: Config, fence: Callable[[], bool] | None = None) -> None:
+        self.config = config
+        self.api: kube.Api | None = None
+        self.fleet_lock = asyncio.Lock()  # held by passes that place groups, see ``reconcile``
+        self.passes = asyncio.Semaphore(config.passes_at_once)
+        # Weak: a serving's lock lives while a pass holds or awaits it, so deleted servings leave nothing behind.
+        self._serving_locks: weakref.WeakValueDictionary[inventory.ServingKey, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self.known: dict[inventory.ServingKey, _Known] = {}
+        self.written = caches.Written()
+        # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
+        self._versions = itertools.count(1)
+        self._version = 0
+        self._views: dict[str, tuple[int, reconciler.FleetView]] = {}
+        self.nudges = nudges.Nudges(config.debounce_seconds)
+        self.indices: Mapping[str, Any] = {}
+        self.metrics = exporter.OperatorMetrics()
+        self.scraper = scraper.Scraper(self.metrics)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.nodes_seen: dict[str, tuple[Any, ...]] = {}
+        self.status_metrics: dict[inventory.ServingKey, dict[str, Any]] = {}
+        self._served: dict[str, tuple[bool, float]] = {}
+        # With leader election: False once this replica may have lost the Lease (then it writes nothing).
+        self.fence = fence
+        self.failures: dict[inventory.ServingKey, str] = {}  # the last refusal reported per serving
+
+    def may_write(self) -> bool:
+        return self.fence is None or self.fence()
+
+    def watched(self, namespace: str | None) -> bool:
+        return not self.config.namespaces or namespace in self.config.namespaces
+
+    # -- the pass ---------------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: inventory.ServingKey) -> reconciler.Decision | None:
+        """One full pass for one serving. Raises kube.ApiError on API failures.
+
+        Passes of one serving run one after the other; passes of different servings run side by side (up to
+        ``Config.passes_at_once``), except that a pass that places groups holds the fleet lock from deciding to
+        applying: where new groups go depends on every other serving's groups, so it decides again once it holds
+        the lock, from caches that include every group placed before it (``caches.Written``). Status and events are
+        written after the lock is released."""
+        api = self._api()
+        async with self._serving_lock(key), self.passes:
+            with self.metrics.reconciling(key.namespace, key.name):
+                serving = await asyncio.to_thread(api.get, kube.DEEPSEEK_SERVING, key.namespace, key.name)
+                if serving is None:
+                    self.forget(key)
+                    return None
+                snap = await asyncio.to_thread(self._observe, api, serving)
+                snap, decision, checked = await self._decide(api, serving, snap, frozenset())
+                if decision.places_groups:
+                    async with self.fleet_lock:
+                        snap, decision, _ = await self._decide(api, serving, self._recached(snap), checked)
+                        written = await self._write(api, key, serving, decision, self._apply)
+                else:
+                    written = await self._write(api, key, serving, decision, self._apply)
+                if not written or not await self._write(api, key, serving, decision, self._report):
+                    return None
+        self.failures.pop(key, None)
+        self._remember(key, serving, decision)
+        if decision.requeue_after is not None:
+            self.nudges.add(key, decision.requeue_after)
+        return decision
+
+    async def _decide(
+        self,
+        api: kube.Api,
+        serving: Mapping[str, Any],
+        snap: reconciler.Snapshot,
+        checked: frozenset[tuple[str, str]],
+    ) -> tuple[reconciler.Snapshot, reconciler.Decision, frozenset[tuple[str, str]]]:
+        """The reconciler's decision, made again when a name it would create is taken by an object that is not
+        this serving's (``checked``: names already looked up this pass)."""
+        with self.metrics.planning():
+            decision = reconciler.reconcile(snap)
+        unchecked = frozenset(decision.creates) - checked
+        if unchecked:
+            foreign = await asyncio.to_thread(self._foreign, api, serving, decision, unchecked)
+            checked |= unchecked
+            if foreign:
+                snap = dataclasses.replace(snap, foreign=[*snap.foreign, *foreign])
+                decision = reconciler.reconcile(snap)
+        return snap, decision, checked
+
+    async def _write(
+        self,
+        api: kube.Api,
+        key: inventory.ServingKey,
+        serving: Mapping[str, Any],
+        decision: reconciler.Decision,
+        step: Callable[[kube.Api, Mapping[str, Any], reconciler.Decision], None],
+    ) -> bool:
+        """Carry out one step of a decision in a worker thread; False when this replica may no longer write."""
+        if not decision.writes:
+            return True
+        if not self.may_write():
+            log.warning("not writing for %s: this replica may no longer hold the Lease", key)
+            return False
+        try:
+            await asyncio.to_thread(step, api, serving, decision)
+        except kube.ApiError as err:
+            await asyncio.to_thread(self._report_failure, api, key, serving, err)
+            raise
+        return True
+
+    def _serving_lock(self, key: inventory.ServingKey) -> asyncio.Lock:
+        lock = self._serving_locks.get(key)
+        if lock is None:
+            lock = self._serving_locks[key] = asyncio.Lock()
+        return lock
+
+    def _recached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
+        """The snapshot with nodes, GPU pods and the fleet read again from the caches (the serving's own
+        children stay as listed: only its own passes write them, and they run one at a time)."""
+        return self._cached(dataclasses.replace(snap, view=None))
+
+    def _cached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
+        """``snap`` with nodes, GPU pods and the fleet from the watch caches, and their ``reconciler.FleetView``:
+        computed once and shared by every pass until one of those objects changes (``changed``)."""
+        version = self._version  # read before the caches: a view is never filed under a newer version than its data
+        lws = kube.LEADER_WORKER_SET.kind in snap.served
+        snap = dataclasses.replace(
+            snap,
+            nodes=list(_store(self.indices, "fleet_nodes")),
+            pods=list(_store(self.indices, "gpu_pods")),
+            bound=list(_store(self.indices, "bound_gpu_pods")),
+            fleet=self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
+        )
+        spec = snap.serving.get("spec")
+        placement = (spec.get("placement") or {}) if isinstance(spec, Mapping) else None
+        label = placement.get("domainLabel", models.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
+        if not isinstance(label, str):
+            return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
+        filed = self._views.get(label)
+        if filed is None or filed[0] != version:
+            filed = self._views[label] = (version, reconciler.fleet_view(snap, label))
+        return dataclasses.replace(snap, view=filed[1])
+
+    def changed(self) -> None:
+        """A node, GPU pod or nvlfleet LeaderWorkerSet changed (or this process applied one): views are stale."""
+        self._version = next(self._versions)
+
+    def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
+        """What one pass looks at: the serving's children from the API server; nodes, GPU pods and other
+        servings' LeaderWorkerSets from the watch caches, the last with this process's own writes the watch has
+        not delivered yet (``caches.Written``) — so a pass never plans against a rack as it was before the previous
+        one."""
+        meta = serving["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
+        selector = {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY, reconciler.SERVING_LABEL: name}
+        children: list[dict[str, Any]] = []
+        # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
+        # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
+        labelable = len(name) <= LABEL_VALUE_MAX
+        for kind in kube.CHILD_KINDS:
+            if kind.kind in served and labelable:
+                children += api.list_objects(kind, namespace, selector)
+        now = datetime.datetime.now(datetime.UTC)
+        return self._cached(reconciler.Snapshot(serving=serving, now=now, children=children, served=served))
+
+    def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
+        """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""
+        answer, at = self._served.get(kind.kind, (False, 0.0))
+        if answer and time.monotonic() - at < 60:
+            return True
+        answer = api.served(kind)
+        self._served[kind.kind] = (answer, time.monotonic())
+        return answer
+
+    def _foreign(
+        self,
+        api: kube.Api,
+        serving: Mapping[str, Any],
+        decision: reconciler.Decision,
+        names: Collection[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """Objects already present under ``names`` (kind, name) the decision would create, not this serving's."""
+        meta = serving["metadata"]
+        found = []
+        for obj in decision.apply:
+            if (obj["kind"], obj["metadata"]["name"]) not in names:
+                continue
+            there = api.get(kube.kind_of(obj), obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if there is not None and not reconciler.is_child_of(there, meta["name"], meta.get("uid", "")):
+                found.append(there)
+        return found
+
+    def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        """The children: applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
+        meta = serving["metadata"]
+        for obj in decision.apply:
+            applied = api.apply(obj)
+            if obj["kind"] == kube.LEADER_WORKER_SET.kind:
+                self.written.note(caches.trim_lws(applied))
+                self.changed()
+            log.info("applied %s", kube.describe(obj))
+        for old in decision.delete:
+            if api.delete_child(old, meta["name"], meta.get("uid", "")):
+                log.info("deleted %s", kube.describe(old))
+
+    def _report(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        """The status patch, then the events."""
+        meta = serving["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        if decision.status is not None:
+            api.patch_status(kube.DEEPSEEK_SERVING, namespace, name, decision.status)
+            conditions = " ".join(f"{c['type']}={c['status']}" for c in decision.status["conditions"])
+            log.info("status of %s/%s: ready %s, %s", namespace, name, decision.status.get("ready"), conditions)
+        for event in decision.events:
+            log.info("event %s %s on %s/%s: %s", event.type, event.reason, namespace, name, event.message)
+            try:
+                api.emit_event(serving, event.type, event.reason, event.message)
+            except kube.ApiError as err:  # an event is a courtesy; never fail a pass for it
+                log.warning("could not record event %s on %s/%s: %s", event.reason, namespace, name, err)
+
+    def _report_failure(
+        self, api: kube.Api, key: inventory.ServingKey, serving: Mapping[str, Any], err: kube.ApiError
+    ) -> None:
+        """A Warning event when a write is refused, once per distinct refusal (the pass is retried meanwhile)."""
+        message = f"the API server refused a change, retrying: {err}"
+        if self.failures.get(key) == message or not self.may_write():
+            return
+        self.failures[key] = message
+        try:
+            api.emit_event(serving, "Warning", "ApplyFailed", message)
+        except kube.ApiError:
+            log.warning("could not record the failure of %s: %s", key, err)
+
+    def _remember(self, key: inventory.ServingKey, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
+        spec = serving.get("spec") or {}
+        label = (spec.get("placement") or {}).get("domainLabel", models.DEFAULT_DOMAIN_LABEL)
+        domains = frozenset(d for per in decision.placement.values() for d in per)
+        self.known[key] = _Known(label, domains, decision.unplaced)
+        if decision.free_nodes:
+            self.metrics.set_free_nodes(decision.free_nodes)
+        status = decision.status if decision.status is not None else (serving.get("status") or {})
+        conditions = {c["type"]: c.get("status") == "True" for c in status.get("conditions") or []}
+        self.metrics.set_conditions(key.namespace, key.name, conditions)
+        if key not in self.status_metrics:  # what the status says now: a restart rewrites nothing that holds
+            observed = serving.get("status") or {}
+            self.status_metrics[key] = {field: observed.get(field) for field in _status_metrics(None)}
+        self._update_targets(key, serving)
+
+    def forget(self, key: inventory.ServingKey) -> None:
+        self.known.pop(key, None)
+        self.failures.pop(key, None)
+        self.status_metrics.pop(key, None)
+        self.scraper.remove_serving(key.namespace, key.name)
+
+    def _api(self) -> kube.Api:
+        if self.api is None:
+            self.api = kube.Api(kube.connect(self.config.kubeconfig))
+        return self.api
+
+    # -- routing watch events to servings -------------------------------------------------------------------
+
+    def node_changed(self, name: str, summary: tuple[Any, ...] | None) -> None:
+        """A node appeared, vanished, or changed in a way placement cares about."""
+        before = self.nodes_seen.pop(name, None)
+        if summary is not None:
+            self.nodes_seen[name] = summary
+        if before == summary:
+            return  # a heartbeat: nothing the inventory reads
+        self.changed()
+        labels: dict[str, str] = {}
+        for seen in (before, summary):
+            if seen is not None:
+                labels.update(seen[0])
+        for key, known in self.known.items():
+            domain = labels.get(known.domain_label) or labels.get(inventory.HOSTNAME_LABEL)
+            if known.unplaced or domain in known.domains:
+                self.nudges.add(key)
+
+    def capacity_freed(self) -> None:
+        for key, known in self.known.items():
+            if known.unplaced:
+                self.nudges.add(key)
+
+    # -- telemetry ------------------------------------------------------------------------------------------
+
+    def _update_targets(self, key: inventory.ServingKey, serving: Mapping[str, Any]) -> None:
+        """Point the scraper at this serving's ready group leaders (vLLM's API port serves /metrics)."""
+        try:
+            parsed = models.DeepSeekServing.model_validate(dict(serving))
+        except ValueError:
+            return
+        if not parsed.spec.monitoring.scrape:
+            self.scraper.remove_serving(key.namespace, key.name)
+            return
+        targets = []
+        for pod in _store(self.indices, "gpu_pods"):
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            if (meta.get("namespace"), labels.get(reconciler.SERVING_LABEL)) != (key.namespace, key.name):
+                continue
+            if labels.get(LEADER_INDEX_LABEL) != "0" or not pod["status"].get("podIP") or not _ready(pod):
+                continue
+            role = labels.get(reconciler.ROLE_LABEL, "decode")
+            role_spec = parsed.spec.roles.prefill if role == "prefill" else parsed.spec.roles.decode
+            if role_spec is None:
+                continue
+            topology = models.role_topology(parsed.spec.gpu, role_spec)
+            node = self._node_labels(pod["spec"].get("nodeName"))
+            domain = node.get(parsed.spec.placement.domain_label) or pod["spec"].get("nodeName") or "unknown"
+            url = f"http://{pod['status']['podIP']}:{_api_port(pod)}"
+            targets.append(group_telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
+        reference = parsed.spec.parity.reference_tokens_per_second_per_gpu if parsed.spec.parity else None
+        try:
+            self.scraper.set_serving(
+                key.namespace,
+                key.name,
+                sorted(targets, key=lambda t: t.url),
+                pricing=parsed.spec.pricing,
+                parity_reference=reference,
+            )
+        except problems.InvalidSpec as err:
+            log.warning("telemetry for %s disabled: %s", key, err)
+
+    def _node_labels(self, name: object) -> Mapping[str, str]:
+        node: inventory.Node
+        for node in _store(self.indices, "fleet_nodes"):
+            if node.name == name:
+                return node.labels
+        return {}
+
+    async def recheck_all(self) -> None:
+        """The periodic level check: a nudge for every serving this process knows, so each pass queues behind the
+        lock like any other and a failed one is retried by the nudger; writes nothing when the fleet matches."""
+        for key in list(self.known):
+            self.nudges.add(key)
+
+    async def write_status_metrics(self) -> None:
+        """Copy tokens/s and revenue into each serving's status, only when they changed (rate-limited)."""
+        api = self._api()
+        for key in list(self.known):
+            summary = self.scraper.summary(key.namespace, key.name)
+            fields = _status_metrics(summary)
+            if fields == self.status_metrics.get(key) or not self.may_write():
+                continue
+            try:
+                await asyncio.to_thread(api.patch_status, kube.DEEPSEEK_SERVING, key.namespace, key.name, fields)
+            except kube.ApiError as err:
+                if not err.not_found:
+                    log.warning("could not write telemetry status of %s: %s", key, err)
+                continue
+            self.status_metrics[key] = fields
+
+
+def _store(indices: Mapping[str, Any], name: str) -> Iterable[Any]:
+    index = indices.get(name)
+    if index is None or None not in index:
+        return ()
+    store: Iterable[Any] = index[None]
+    return store
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def _api_port(pod: Mapping[str, Any]) -> int:
+    """The vLLM API server's port on a leader: its container port named http, else its first port, else 8000."""
+    ports = [p for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []]
+    for port in ports:
+        if port.get("name") == "http":
+            return int(port["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else 8000
+
+
+def _status_metrics(summary: group_telemetry.GroupTelemetry | None) -> dict[str, Any]:
+    """The status telemetry fields; a figure that cannot be computed is null (removed), never 0."""
+    figures = summary.figures if summary is not None else None
+    tokens = summary.tokens_per_second if summary is not None else None
+    revenue = summary.revenue_per_hour if summary is not None else None
+
+    def r(value: float | None) -> float | None:
+        return None if value is None else float(f"{value:.4g}")
+
+    measured = summary.measured_at if summary is not None else None
+    return {
+        "tokensPerSecond": r(tokens.total if tokens else None),
+        "tokensPerSecondPerGpu": r(figures.tokens_per_second_per_gpu if figures else None),
+        "revenuePerHour": r(revenue),
+        "revenuePerGpuHour": r(figures.revenue_per_gpu_hour if figures else None),
+        "parity": r(figures.parity if figures else None),
+        "currency": figures.currency if figures else None,
+        "metricsTime": (
+            datetime.datetime.fromtimestamp(measured, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if measured is not None
+            else None
+        ),
+    }

@@ -1,0 +1,100 @@
+"""How the operator process is put together: ``nvlfleet run`` turns its flags into the operator's ``Config``, and
+``kopf run -m nvlfleet.adapters.main`` (no flags, an empty ``memo``) builds the operator from ``NVLFLEET_*``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import kopf
+import pytest
+
+from nvlfleet.adapters import main, operator
+from nvlfleet.adapters.config import Config
+from nvlfleet.commands import run
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nvlfleet run", exit_on_error=False)
+    run.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_nvlfleet_runs_flags_become_the_operators_settings() -> None:
+    args = parsed(
+        "--namespace", "team-a", "--namespace", "team-b", "--kubeconfig", "/tmp/kubeconfig",
+        "--bind-address", "127.0.0.1", "--metrics-port", "9091", "--webhook-port", "9443",
+        "--webhook-host", "10.0.0.7", "--webhook-cert-dir", "/certs", "--recheck-seconds", "3",
+        "--scrape-seconds", "5", "--status-metrics-seconds", "2", "--passes-at-once", "2",
+    )  # fmt: skip
+
+    assert run.config_of(args) == Config(
+        namespaces=frozenset({"team-a", "team-b"}),
+        recheck_seconds=3.0,
+        bind_address="127.0.0.1",
+        metrics_port=9091,
+        webhook_port=9443,
+        webhook_host="10.0.0.7",
+        webhook_cert_dir="/certs",
+        scrape_seconds=5.0,
+        status_metrics_seconds=2.0,
+        passes_at_once=2,
+        kubeconfig="/tmp/kubeconfig",
+    )
+
+
+def test_without_kubeconfig_flag_nvlfleet_run_uses_the_kubeconfig_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/home/me/.kube/lab")
+    assert run.config_of(parsed()).kubeconfig == "/home/me/.kube/lab"
+    monkeypatch.delenv("KUBECONFIG")
+    assert run.config_of(parsed()).kubeconfig is None
+
+
+def test_nvlfleet_runs_defaults_are_the_operators_defaults_but_for_its_ports() -> None:
+    config = run.config_of(parsed())
+    assert (config.metrics_port, config.webhook_port) == (9090, 0)
+    assert dataclass_without_ports(config) == dataclass_without_ports(Config(kubeconfig=config.kubeconfig))
+
+
+def dataclass_without_ports(config: Config) -> dict[str, object]:
+    return {k: v for k, v in vars(config).items() if k not in ("metrics_port", "webhook_port")}
+
+
+def test_kopf_run_builds_the_operator_from_the_environment_and_registers_no_webhook_without_a_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NVLFLEET_NAMESPACES", "team-a,team-b")
+    monkeypatch.setenv("NVLFLEET_RECHECK_SECONDS", "7")
+    monkeypatch.delenv("NVLFLEET_WEBHOOK_PORT", raising=False)
+    monkeypatch.delenv("NVLFLEET_METRICS_PORT", raising=False)
+    memo = kopf.Memo()
+    settings = kopf.OperatorSettings()
+
+    async def start_and_stop() -> None:
+        await main.startup(settings=settings, memo=memo)
+        await main.cleanup(memo=memo)
+
+    asyncio.run(start_and_stop())
+
+    op = memo.operator
+    assert isinstance(op, operator.Operator)
+    assert op.config.namespaces == {"team-a", "team-b"} and op.config.recheck_seconds == 7.0
+    assert main._watched(namespace="team-a", memo=memo) and not main._watched(namespace="other", memo=memo)
+    assert settings.admission.server is None  # kopf would refuse to start with an admission handler and no server
+    assert not kopf.get_default_registry()._webhooks.get_all_handlers()
+
+
+def test_a_memo_that_holds_an_operator_keeps_it() -> None:
+    given = operator.Operator(Config(namespaces=frozenset({"mine"})), fence=lambda: False)
+    memo = kopf.Memo(operator=given)
+
+    async def start_and_stop() -> None:
+        await main.startup(settings=kopf.OperatorSettings(), memo=memo)
+        await main.cleanup(memo=memo)
+
+    asyncio.run(start_and_stop())
+
+    assert memo.operator is given
+    assert not given.may_write()  # the fence ``nvlfleet run`` passes in (the Lease) decides
