@@ -251,6 +251,8 @@ def _operator(running: cluster.Cluster, options: Options, state: _State, step: S
         # table fills within a minute.
         "--scrape-seconds", "5",
         "--status-metrics-seconds", "10",
+        # examples/gb300-throughput.yaml caches its weights on the node: the one policy line that allows it.
+        "--allow-weights-host-path", "/mnt/nvme/models",
         # One active operator per demo namespace, even if a second `make demo` starts from another checkout.
         "--leader-election-lease", "nvlfleet-demo",
         "--leader-election-namespace", options.namespace,

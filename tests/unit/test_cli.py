@@ -146,3 +146,11 @@ def test_crd_prints_the_generated_definition(capsys: pytest.CaptureFixture[str])
     code, out, _ = run(capsys, "crd")
     assert code == 0 and out == crd.render()
     assert out == (REPO / "crds" / "nvlfleet.io_deepseekservings.yaml").read_text()
+
+
+def test_validate_checks_against_the_policy_its_flags_give(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(EXAMPLE.parent / "gb300-throughput.yaml")
+    code, out, _ = run(capsys, "validate", "-f", example)
+    assert code == 1 and "spec.model.weights.hostPath.path: host path /mnt/nvme/models is not allowed" in out
+    code, out, _ = run(capsys, "validate", "-f", example, "--allow-weights-host-path", "/mnt/nvme/models")
+    assert (code, out) == (0, f"{example}: ok (1 serving)\n")

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 import yaml
 
-from nvlfleet.api import models
+from nvlfleet.api import models, policy
 from nvlfleet.core import economics, profiles, validation
 from nvlfleet.facts import facts, hardware
 
@@ -29,10 +29,28 @@ def test_the_examples_exist() -> None:
     } <= names
 
 
+# The policy lines an example needs beyond the default policy, as its comment states them.
+NEEDS = {"gb300-throughput.yaml": ("--allow-weights-host-path=/mnt/nvme/models", "spec.model.weights.hostPath.path")}
+
+
+def needed_policy(example: pathlib.Path) -> policy.Policy:
+    flag = NEEDS.get(example.name, ("", ""))[0]
+    return policy.Policy(weights_host_path_prefixes=(flag.partition("=")[2],)) if flag else policy.DEFAULT
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_is_valid_without_warnings(example: pathlib.Path) -> None:
-    review = validation.review(yaml.safe_load(example.read_text()))
+    review = validation.review(yaml.safe_load(example.read_text()), needed_policy(example))
     assert (list(review.errors), list(review.warnings)) == ([], [])
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS))
+def test_an_example_beyond_the_default_policy_says_which_policy_line_allows_it(name: str) -> None:
+    flag, field = NEEDS[name]
+    text = (EXAMPLES[0].parent / name).read_text()
+    assert flag in text
+    refused = validation.validate(yaml.safe_load(text))  # under the default policy
+    assert [p.path for p in refused] == [field]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pathlib
 
 import kopf
 import pytest
 
 from nvlfleet.adapters import main, operator
 from nvlfleet.adapters.config import Config
+from nvlfleet.api import policy
 from nvlfleet.commands import run
 
 
@@ -98,3 +100,29 @@ def test_a_memo_that_holds_an_operator_keeps_it() -> None:
 
     assert memo.operator is given
     assert not given.may_write()  # the fence ``nvlfleet run`` passes in (the Lease) decides
+
+
+def test_nvlfleet_runs_policy_flags_and_policy_file_become_the_operators_policy(tmp_path: pathlib.Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("policy:\n  priorityClasses: [inference-high]\n")
+    args = parsed(
+        "--policy", str(values), "--allow-weights-host-path", "/mnt/nvme/models",
+        "--allow-service-account", "engine", "--allow-priority-class", "batch",
+    )  # fmt: skip
+    assert run.config_of(args).policy == policy.Policy(
+        weights_host_path_prefixes=("/mnt/nvme/models",),
+        service_accounts=("engine",),
+        priority_classes=("inference-high", "batch"),
+    )
+
+
+def test_a_bad_policy_file_stops_nvlfleet_run_with_one_line(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("policy:\n  hostPaths: [/]\n")
+    assert run.run(parsed("--policy", str(values))) == 2
+    assert capsys.readouterr().err == (
+        f"nvlfleet run: --policy {values}: unknown policy key(s) hostPaths; known: priorityClasses, "
+        "serviceAccounts, volumeHostPathPrefixes, weightsHostPathPrefixes\n"
+    )

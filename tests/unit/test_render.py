@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvlfleet import cli
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, policy, problems
 from nvlfleet.core import inventory, planner, profile_data, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 
@@ -134,10 +134,14 @@ def test_rendering_matches_the_golden_manifests(name: str) -> None:
     )
 
 
+# What the golden cases ask for beyond the default policy: the gb300 example's host path, a PriorityClass.
+GOLDEN_POLICY = policy.Policy(weights_host_path_prefixes=("/mnt/nvme/models",), priority_classes=("inference",))
+
+
 @pytest.mark.parametrize("name", sorted(golden_cases.cases()))
 def test_golden_servings_pass_validation(name: str) -> None:
     serving, _ = golden_cases.cases()[name]
-    assert validation.review_serving(serving).errors == ()  # render's precondition
+    assert validation.review_serving(serving, GOLDEN_POLICY).errors == ()  # render's precondition
 
 
 def test_every_golden_file_has_a_case() -> None:

@@ -12,6 +12,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from nvlfleet.api import policy as policy_
+
 
 @dataclasses.dataclass
 class Config:
@@ -34,6 +36,8 @@ class Config:
     # kopf's login and the operator's own client use the same credentials: this file, else ~/.kube/config, else
     # the in-cluster ServiceAccount.
     kubeconfig: str | None = None
+    # What a serving may ask for beyond what vLLM needs (api.policy); the webhook and every pass check it.
+    policy: policy_.Policy = policy_.DEFAULT
 
     def __post_init__(self) -> None:
         self.passes_at_once = max(1, self.passes_at_once)  # none at once would never reconcile anything

@@ -226,7 +226,10 @@ class Operator:
             if kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
         now = datetime.datetime.now(datetime.UTC)
-        return self._cached(reconciler.Snapshot(serving=serving, now=now, children=children, served=served))
+        snap = reconciler.Snapshot(
+            serving=serving, now=now, children=children, served=served, policy=self.config.policy
+        )
+        return self._cached(snap)
 
     def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
         """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""

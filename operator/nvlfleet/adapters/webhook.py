@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 
 from nvlfleet.adapters.config import Config
-from nvlfleet.api import problems
+from nvlfleet.api import policy, problems
 from nvlfleet.core import validation
 
 log = logging.getLogger("nvlfleet")
@@ -34,13 +34,18 @@ WEBHOOK_ID = "validate-deepseekserving"  # kopf serves it at /validate-deepseeks
 
 
 def admit_serving(
-    body: kopf.Body, old: Mapping[str, Any] | None = None, operation: str | None = None, **_: Any
+    body: kopf.Body,
+    old: Mapping[str, Any] | None = None,
+    operation: str | None = None,
+    memo: Any = None,
+    **_: Any,
 ) -> None:
-    """Refuse a serving ``nvlfleet validate`` would refuse, naming each field path."""
+    """Refuse a serving ``nvlfleet validate`` would refuse under the operator's policy, naming each field path."""
     if operation == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return
     try:
-        found = validation.validate(dict(body))
+        allowed = memo.operator.config.policy if memo is not None else policy.DEFAULT
+        found = validation.validate(dict(body), allowed)
     except Exception as err:  # with failurePolicy Ignore, an error here would admit what nobody checked
         log.exception("admission check of %s failed", body.get("metadata", {}).get("name"))
         raise kopf.AdmissionError(f"nvlfleet could not analyse this DeepSeekServing ({type(err).__name__})") from err

@@ -42,6 +42,9 @@ class Policy:
         return f"{flag} (chart value {value})"
 
 
+DEFAULT = Policy()  # what an installation allows until its admin says otherwise: nothing beyond what vLLM needs
+
+
 def allows_path(prefixes: Sequence[str], path: str) -> bool:
     """Whether ``path`` is one of ``prefixes`` or lies beneath one, after resolving ``.`` and ``..`` lexically."""
     resolved = pathlib.PurePosixPath(_normal(path))

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,7 @@ from aiohttp import web
 from nvlfleet.adapters import exporter, kube
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
+from nvlfleet.commands import policyflags
 
 LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
 RENEW_SECONDS = 5  # how often the leader renews
@@ -97,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reconcile passes of different servings in flight at once",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    policyflags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
         # INFO; nvlfleet logs what it changes. Failures still show at WARNING and above.
         for noisy in ("kopf.objects", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    return asyncio.run(_operate(args, config_of(args)))
+    try:
+        config = config_of(args)
+    except ValueError as err:  # a bad --policy file: one line, no traceback
+        print(f"nvlfleet run: {err}", file=sys.stderr)
+        return 2
+    return asyncio.run(_operate(args, config))
 
 
 def config_of(args: argparse.Namespace) -> Config:
@@ -126,6 +134,7 @@ def config_of(args: argparse.Namespace) -> Config:
         status_metrics_seconds=args.status_metrics_seconds,
         passes_at_once=args.passes_at_once,
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
+        policy=policyflags.policy_of(args),
     )
 
 

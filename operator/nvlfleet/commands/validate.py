@@ -21,7 +21,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, policy, problems
+from nvlfleet.commands import policyflags
 from nvlfleet.core import validation
 
 STDIN = "-"
@@ -38,16 +39,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="YAML or JSON file with one or more DeepSeekServing documents; '-' reads stdin; repeatable",
     )
     parser.add_argument("--no-warnings", action="store_true", help="print errors only")
+    policyflags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        allowed = policyflags.policy_of(args)
+    except ValueError as err:
+        sys.stderr.write(f"{err}\n")
+        return 2
     status = 0
     for name in args.files:
-        status |= _check_file(name, sys.stdout, sys.stderr, warnings=not args.no_warnings)
+        status |= _check_file(name, sys.stdout, sys.stderr, warnings=not args.no_warnings, allowed=allowed)
     return status
 
 
-def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool) -> int:
+def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool, allowed: policy.Policy = policy.DEFAULT) -> int:
     shown = "<stdin>" if name == STDIN else name
     try:
         text = sys.stdin.read() if name == STDIN else _read(name)
@@ -69,7 +76,7 @@ def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool) -> int:
             continue
         servings += 1
         where = f"{shown}#{index}" if numbered else shown
-        review = validation.review(document)
+        review = validation.review(document, allowed)
         label = f"{where} {_name(document)}"
         for problem in sorted(review.errors):
             out.write(f"{label}: {problem}\n")

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from nvlfleet.api import models, problems
+from nvlfleet.api import policy as policy_
 from nvlfleet.core import inventory, planner, render, validation
 from nvlfleet.facts import hardware
 
@@ -122,6 +123,7 @@ class Snapshot:
     foreign: Sequence[Mapping[str, Any]] = ()
     bound: Sequence[inventory.GpuPod] | None = None
     view: FleetView | None = None
+    policy: policy_.Policy = policy_.DEFAULT  # what the cluster admin lets a serving ask for
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -183,7 +185,7 @@ def reconcile(snap: Snapshot) -> Decision:
         return Decision()  # garbage collection removes the children through their owner references
     before = _as_mapping(raw.get("status"))
 
-    review = validation.review(dict(raw))
+    review = validation.review(dict(raw), snap.policy)
     serving = review.serving
     if serving is None or review.errors:
         message = "the spec is invalid, nothing was changed: " + _join(review.errors)

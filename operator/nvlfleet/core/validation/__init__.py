@@ -9,7 +9,7 @@ override that clashes with a profile default is caught, and what is validated is
 
 API::
 
-    validate(obj) -> list[Problem]                   # a raw object (dict from YAML/JSON/the API): errors only
+    validate(obj, allowed=policy.DEFAULT) -> list[Problem]   # a raw object (dict from YAML/JSON/the API): errors
     validate_serving(serving) -> list[Problem]       # a parsed DeepSeekServing: errors only
     review(obj) -> Review                            # errors and warnings, plus the parsed serving if it parsed
     review_serving(serving) -> Review
@@ -39,8 +39,8 @@ holds what they report into.
 
 from __future__ import annotations
 
-from nvlfleet.api import models, problems
-from nvlfleet.core import economics
+from nvlfleet.api import models, policy, problems
+from nvlfleet.core import economics, privileges
 from nvlfleet.core.validation import escapes, family, findings, pod, rules, shape
 from nvlfleet.core.validation.findings import Review
 from nvlfleet.core.validation.parsing import PATTERN_MEANINGS, parse
@@ -49,29 +49,34 @@ from nvlfleet.facts import facts
 __all__ = ["PATTERN_MEANINGS", "Review", "parse", "review", "review_serving", "validate", "validate_serving"]
 
 
-def validate(obj: object) -> list[problems.Problem]:
-    """Errors of a raw object (a dict read from YAML or JSON, or sent by the API server)."""
-    return list(review(obj).errors)
+def validate(obj: object, allowed: policy.Policy = policy.DEFAULT) -> list[problems.Problem]:
+    """Errors of a raw object (a dict read from YAML or JSON, or sent by the API server), under the cluster admin's
+    policy ``allowed`` (``api.policy``: what a serving may ask for beyond what vLLM needs)."""
+    return list(review(obj, allowed).errors)
 
 
-def validate_serving(serving: models.DeepSeekServing) -> list[problems.Problem]:
-    """Errors of a parsed serving: topology, facts of the pinned vLLM, effective settings, escape hatches."""
-    return list(review_serving(serving).errors)
+def validate_serving(
+    serving: models.DeepSeekServing, allowed: policy.Policy = policy.DEFAULT
+) -> list[problems.Problem]:
+    """Errors of a parsed serving: topology, facts of the pinned vLLM, effective settings, escape hatches, policy."""
+    return list(review_serving(serving, allowed).errors)
 
 
-def review(obj: object) -> Review:
+def review(obj: object, allowed: policy.Policy = policy.DEFAULT) -> Review:
     """Errors and warnings of a raw object."""
     serving, found = parse(obj)
     if serving is None:
         return Review(serving=None, errors=tuple(found))
-    semantic = review_serving(serving)
+    semantic = review_serving(serving, allowed)
     return Review(serving=serving, errors=(*found, *semantic.errors), warnings=semantic.warnings)
 
 
-def review_serving(serving: models.DeepSeekServing) -> Review:
+def review_serving(serving: models.DeepSeekServing, allowed: policy.Policy = policy.DEFAULT) -> Review:
     """Errors and warnings of a parsed serving."""
     out = findings.Findings()
     spec = serving.spec
+    for problem in privileges.problems_of(spec, allowed):
+        out.error(problem.path, problem.message)
     shape.check_shape_rules(spec, out)
     topology_ok = True
     for role, role_spec in spec.roles_present():
