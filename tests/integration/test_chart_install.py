@@ -3,6 +3,10 @@
 - `helm install` into a namespace that enforces the *restricted* Pod Security Standard: the API server admits
   the operator's pod (and, to show the check is live, refuses a privileged one next to it).
 - `helm upgrade` keeps the webhook's CA (Helm's `lookup`), so the API server's trust survives upgrades.
+- The webhook's default `failurePolicy: Fail` holds: while no operator answers, the API server refuses a
+  DeepSeekServing created (or its spec changed) in a namespace the webhook selects instead of admitting it
+  unchecked, and still admits a metadata-only update (the chart's matchConditions), so a finalizer or label can be
+  fixed by hand while the operator is down.
 - Sufficient: the operator runs as a process on this machine with *only* the chart's ServiceAccount credentials (a
   token from the TokenRequest API in a kubeconfig of its own) and carries a DeepSeekServing through a full
   reconcile — children applied, a child pruned, status and events written, the leader Lease taken — with no
@@ -44,6 +48,7 @@ CHART = REPO / "charts" / "nvlfleet"
 DSS = ("nvlfleet.io", "v1alpha1", "deepseekservings")
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 COMPUTE_DOMAIN = ("resource.nvidia.com", "v1beta1", "computedomains")
+GUARDED_LABEL = "it.nvlfleet.io/chart-webhook"  # a namespace labelled with the release name is checked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Release:
     namespace: str  # where the chart is installed (restricted Pod Security)
     watched: str  # the one namespace whose servings the operator reconciles
     unwatched: str  # a namespace with a serving that is none of this operator's business
+    guarded: str  # the one namespace the chart's webhook checks (once it carries GUARDED_LABEL)
     fullname: str
     service_account: str
     kubectl: pathlib.Path
@@ -99,6 +105,7 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
         namespace=f"it-chart-{suffix}",
         watched=f"it-chart-servings-{suffix}",
         unwatched=f"it-chart-others-{suffix}",
+        guarded=f"it-chart-guarded-{suffix}",
         fullname=f"{name}-nvlfleet",
         service_account=f"{name}-nvlfleet",
         kubectl=local_cluster.kubectl,
@@ -112,10 +119,14 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
     _create_namespace(core, rel.namespace, restricted)
     _create_namespace(core, rel.watched, {})
     _create_namespace(core, rel.unwatched, {})
+    _create_namespace(core, rel.guarded, {})
     values = {
         "operator": {"watchNamespaces": [rel.watched]},
-        # The cluster is shared with other tests: only the test's own namespace goes through this webhook.
-        "webhook": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": rel.watched}}},
+        # The cluster is shared with other tests: only a namespace of this test goes through this webhook. Nothing
+        # answers for it (the cluster's nodes are kwok's, which run no container, so the chart's operator pod never
+        # starts), so with the default failurePolicy Fail every write there is refused; the servings the operator
+        # reconciles below live in `watched`, which the webhook does not select.
+        "webhook": {"namespaceSelector": {"matchLabels": {GUARDED_LABEL: rel.name}}},
     }
     values_file = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -125,7 +136,7 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
         yield rel
     finally:
         rel.helm_run("uninstall", name, "--namespace", rel.namespace, "--wait", "--timeout", "60s")
-        for namespace in (rel.watched, rel.unwatched, rel.namespace):
+        for namespace in (rel.watched, rel.unwatched, rel.guarded, rel.namespace):
             _delete_namespace(core, namespace)
         values_file.unlink(missing_ok=True)
 
@@ -200,6 +211,51 @@ def test_an_upgrade_keeps_the_webhook_ca_the_api_server_trusts(release: Release,
     assert after == before
     (webhook,) = admission.read_validating_webhook_configuration(release.fullname).webhooks
     assert webhook.client_config.ca_bundle == before["ca.crt"]  # both base64, as on the wire
+
+
+def _refused_by_the_unanswered_webhook(error: ApiException) -> bool:
+    return 'failed calling webhook "validate.deepseekservings.nvlfleet.io"' in json.loads(error.body)["message"]
+
+
+def test_while_no_operator_answers_spec_writes_are_refused_and_metadata_writes_admitted(
+    release: Release, api_client: client.ApiClient, wait_for: Callable[..., Any]
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    # Created before its namespace is selected (the webhook would refuse it), then the namespace joins the webhook.
+    custom.create_namespaced_custom_object(
+        *DSS[:2], release.guarded, DSS[2], serving(release.guarded, "existing", fleet_name="no-racks")
+    )
+    core.patch_namespace(release.guarded, {"metadata": {"labels": {GUARDED_LABEL: release.name}}})
+
+    def create_is_refused(dry_run: str | None) -> ApiException | None:
+        unchecked = serving(release.guarded, "unchecked", fleet_name="no-racks")
+        try:
+            custom.create_namespaced_custom_object(*DSS[:2], release.guarded, DSS[2], unchecked, dry_run=dry_run)
+        except ApiException as error:
+            return error
+        return None
+
+    # The API server matches namespaces from its informer cache: wait (with dry runs, which still call the
+    # webhook and store nothing) until it sees the new label.
+    wait_for(lambda: create_is_refused("All"), 30, "the API server to select the labelled namespace")
+    created = create_is_refused(None)
+    assert created is not None and _refused_by_the_unanswered_webhook(created)
+    with pytest.raises(ApiException) as scaled:
+        custom.patch_namespaced_custom_object(
+            *DSS[:2], release.guarded, DSS[2], "existing", {"spec": {"roles": {"decode": {"groups": 2}}}}
+        )
+    assert _refused_by_the_unanswered_webhook(scaled.value)
+    names = [
+        o["metadata"]["name"] for o in custom.list_namespaced_custom_object(*DSS[:2], release.guarded, DSS[2])["items"]
+    ]
+    assert names == ["existing"]
+
+    labelled = custom.patch_namespaced_custom_object(
+        *DSS[:2], release.guarded, DSS[2], "existing", {"metadata": {"labels": {"fixed-by": "hand"}}}
+    )
+    assert labelled["metadata"]["labels"]["fixed-by"] == "hand"
+    assert labelled["spec"]["roles"]["decode"]["groups"] == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ EVERYTHING_ON = {
     "prometheusRule": {"enabled": True},
     "webhook": {"certManager": {"enabled": True}},
     "operator": {"watchNamespaces": ["inference-a", "inference-b"]},
+    "policy": {"weightsHostPathPrefixes": ["/mnt/nvme/models"], "serviceAccounts": ["vllm"]},
 }
 
 
@@ -271,6 +272,49 @@ def test_a_digest_pins_the_image(helm: pathlib.Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The admin's policy: what a DeepSeekServing may ask for, as flags of `nvlfleet run`
+
+
+def allow_args(objects: list[dict[str, Any]]) -> list[str]:
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return [arg for arg in container["args"] if arg.startswith("--allow-")]
+
+
+def test_the_default_policy_allows_nothing(helm: pathlib.Path) -> None:
+    assert allow_args(render(helm)) == []
+
+
+def test_each_policy_entry_becomes_one_flag_of_nvlfleet_run(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    from nvlfleet.api import policy
+
+    allowed = {
+        "weightsHostPathPrefixes": ["/mnt/nvme/models", '/srv/model cache "v4"'],
+        "volumeHostPathPrefixes": ["/var/lib/nvlfleet: scratch"],
+        "serviceAccounts": ["vllm", "vllm-profiler"],
+        "priorityClasses": ["inference-high"],
+    }
+    expected = [
+        f"{flag}={entry}" for flag, value in policy.FLAGS.values() for entry in allowed[value.removeprefix("policy.")]
+    ]
+    assert len(expected) == 6, "every setting of api.policy has a chart value"
+    # Spaces, quotes and `: ` stay inside one argument, byte for byte.
+    assert sorted(allow_args(render(helm, {"policy": allowed}, tmp=tmp_path))) == sorted(expected)
+
+
+def test_a_policy_entry_that_is_no_absolute_path_or_no_object_name_is_refused(helm: pathlib.Path) -> None:
+    for entry, path in (
+        ("policy.weightsHostPathPrefixes={mnt/models}", "/policy/weightsHostPathPrefixes/0"),
+        # Kubernetes would expand $(VAR) in the argument: the allowed directory would not be the one written.
+        ("policy.volumeHostPathPrefixes={/data/$(POD_NAME)}", "/policy/volumeHostPathPrefixes/0"),
+        ("policy.serviceAccounts={Vllm}", "/policy/serviceAccounts/0"),
+        ("policy.priorityClasses={high priority}", "/policy/priorityClasses/0"),
+    ):
+        result = run_helm(helm, "template", RELEASE, str(CHART), "--set", entry)
+        assert result.returncode != 0, entry
+        assert f"at '{path}'" in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # RBAC: least privilege, by construction
 
 
@@ -370,32 +414,133 @@ def test_the_webhook_calls_the_operators_handler_through_its_service(helm: pathl
             "scope": "Namespaced",
         }
     ]
-    # The operator's handler tolerates being unreachable; the configuration says the same.
-    assert webhook["failurePolicy"] == "Ignore"
     service = one(objects, "Service", f"{FULLNAME}-webhook")
     assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
 
 
-def test_the_generated_certificate_is_for_the_webhook_service_and_signed_by_the_advertised_ca(
+def test_the_webhook_refuses_writes_while_no_operator_answers_unless_told_to_ignore(helm: pathlib.Path) -> None:
+    def failure_policy(sets: list[str]) -> str:
+        (webhook,) = one(render(helm, sets=sets), "ValidatingWebhookConfiguration")["webhooks"]
+        return str(webhook["failurePolicy"])
+
+    assert failure_policy([]) == "Fail"
+    assert failure_policy(["webhook.failurePolicy=Ignore"]) == "Ignore"
+
+
+def test_the_webhook_is_only_called_for_creates_and_spec_changes(helm: pathlib.Path) -> None:
+    """The handler admits an update that leaves the spec as it is (nvlfleet.adapters.main.admit_serving); the
+    configuration does not call it for one, so metadata writes need no operator. The API server evaluating this
+    expression is tests/integration/test_chart_install.py."""
+    (webhook,) = one(render(helm), "ValidatingWebhookConfiguration")["webhooks"]
+    (condition,) = webhook["matchConditions"]
+    assert condition["expression"] == (
+        "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec"
+    )
+
+
+OWN_NAMESPACES = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]}
+
+
+def test_the_webhook_never_checks_the_operators_own_namespace_or_kube_system(helm: pathlib.Path) -> None:
+    (webhook,) = one(render(helm), "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["namespaceSelector"] == {"matchExpressions": [OWN_NAMESPACES]}
+
+
+def test_a_namespace_selector_from_the_values_narrows_the_webhook_and_keeps_the_exclusion(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    team = {"key": "team", "operator": "In", "values": ["inference"]}
+    values = {"webhook": {"namespaceSelector": {"matchLabels": {"tier": "gpu"}, "matchExpressions": [team]}}}
+    (webhook,) = one(render(helm, values, tmp=tmp_path), "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["namespaceSelector"] == {"matchLabels": {"tier": "gpu"}, "matchExpressions": [team, OWN_NAMESPACES]}
+
+
+def _webhook_service_dns_names(objects: list[dict[str, Any]]) -> set[str]:
+    """The names a client may use for the webhook's Service, from the rendered Service itself."""
+    service = one(objects, "Service", f"{FULLNAME}-webhook")["metadata"]
+    name, namespace = service["name"], service["namespace"]
+    return {name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"}
+
+
+def _helm_issued_tls(objects: list[dict[str, Any]], into: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The Secret's certificate and key and the webhook configuration's caBundle, as PEM files."""
+    secret = one(objects, "Secret", f"{FULLNAME}-webhook-tls")["data"]
+    (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    encoded = {
+        "tls.crt": secret["tls.crt"],
+        "tls.key": secret["tls.key"],
+        "caBundle": webhook["clientConfig"]["caBundle"],
+    }
+    files = {}
+    for name, data in encoded.items():
+        files[name] = into / name
+        files[name].write_bytes(base64.b64decode(data))
+    return files
+
+
+def test_the_helm_issued_certificate_names_exactly_the_webhook_services_dns_names(
     helm: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     objects = render(helm)
-    secret = one(objects, "Secret", f"{FULLNAME}-webhook-tls")
+    tls = _helm_issued_tls(objects, tmp_path)
+    extension = _openssl("x509", "-in", str(tls["tls.crt"]), "-noout", "-ext", "subjectAltName")
+    header, names = extension.strip().splitlines()
+    assert header.strip() == "X509v3 Subject Alternative Name:"
+    entries = [entry.strip() for entry in names.split(",")]
+    assert all(entry.startswith("DNS:") for entry in entries), entries  # no IP addresses, no URIs
+    assert {entry.removeprefix("DNS:") for entry in entries} == _webhook_service_dns_names(objects)
+
+
+def test_the_webhook_configurations_ca_bundle_signs_the_helm_issued_certificate(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    objects = render(helm)
+    tls = _helm_issued_tls(objects, tmp_path)
+    # What the API server checks when it calls the webhook: a chain to the caBundle, fit for a TLS server, for the
+    # name it dials. Every Service name is tried, not only the `.svc` one the API server uses today.
+    for name in sorted(_webhook_service_dns_names(objects)):
+        _openssl(
+            "verify", "-CAfile", str(tls["caBundle"]), "-purpose", "sslserver", "-verify_hostname", name,
+            str(tls["tls.crt"]),
+        )  # fmt: skip
+    # ... and the operator serves with the key of that certificate.
+    public_of_key = _openssl("pkey", "-in", str(tls["tls.key"]), "-pubout")
+    public_of_cert = _openssl("x509", "-in", str(tls["tls.crt"]), "-noout", "-pubkey")
+    assert public_of_key == public_of_cert
+
+
+def test_a_certificate_for_another_name_or_from_another_ca_fails_the_same_check(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """The check above can fail: openssl refuses a wrong host name, and a caBundle from another render."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    tls = _helm_issued_tls(render(helm), ours)
+    other_ca = _helm_issued_tls(render(helm), theirs)["caBundle"]
+    for ca, name in ((tls["caBundle"], "kubernetes.default.svc"), (other_ca, f"{FULLNAME}-webhook.{NAMESPACE}.svc")):
+        result = subprocess.run(
+            ["openssl", "verify", "-CAfile", str(ca), "-verify_hostname", name, str(tls["tls.crt"])],
+            capture_output=True,
+            check=False,
+        )
+        assert result.returncode != 0, (ca, name)
+
+
+def test_the_secret_keeps_the_ca_the_webhook_trusts_so_upgrades_reuse_it(helm: pathlib.Path) -> None:
+    objects = render(helm)
     (webhook,) = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
-    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-    for name in ("ca.crt", "tls.crt", "tls.key"):
-        (tmp_path / name).write_bytes(base64.b64decode(secret["data"][name]))
-    _openssl("verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt"))
-    sans = _openssl("x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-ext", "subjectAltName")
-    service = f"{FULLNAME}-webhook"
-    for name in (service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"):
-        assert f"DNS:{name}," in sans + ",", sans
-    key_modulus = _openssl("pkey", "-in", str(tmp_path / "tls.key"), "-pubout")
-    cert_modulus = _openssl("x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-pubkey")
-    assert key_modulus == cert_modulus
-    # The pod restarts when a new certificate is issued (the operator reads it at start).
-    annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert one(objects, "Secret", f"{FULLNAME}-webhook-tls")["data"]["ca.crt"] == webhook["clientConfig"]["caBundle"]
+
+
+def test_a_new_helm_issued_certificate_restarts_the_operator(helm: pathlib.Path) -> None:
+    # The operator reads its serving certificate at start; the checksum of it in the pod template rolls the pod.
+    annotations = one(render(helm), "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/webhook-tls"])
+    assert (
+        annotations["checksum/webhook-tls"]
+        != one(render(helm), "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/webhook-tls"]
+    ), "helm template issues a fresh certificate each time, so the checksum changes"
 
 
 def test_cert_manager_issues_the_certificate_and_injects_the_ca(helm: pathlib.Path) -> None:

@@ -105,3 +105,11 @@ it against nvlfleet.adapters.webhook.WEBHOOK_ID, the id it is registered under. 
 {{- define "nvlfleet.webhookPath" -}}
 /validate-deepseekserving
 {{- end }}
+
+{{/* The `nvlfleet run` flag of each `policy` value (nvlfleet.api.policy.FLAGS; a unit test checks they agree). */}}
+{{- define "nvlfleet.policyFlags" -}}
+weightsHostPathPrefixes: --allow-weights-host-path
+volumeHostPathPrefixes: --allow-volume-host-path
+serviceAccounts: --allow-service-account
+priorityClasses: --allow-priority-class
+{{- end }}
