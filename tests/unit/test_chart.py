@@ -702,3 +702,20 @@ def test_nvlfleet_run_accepts_the_deployments_arguments(
     # The Lease lives in the pod's namespace: run reads it from POD_NAMESPACE, which the chart sets.
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
     assert env["POD_NAMESPACE"] == "metadata.namespace" and env["POD_NAME"] == "metadata.name"
+
+
+def test_the_policy_values_become_the_operators_policy(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    import argparse
+
+    from nvlfleet.api import policy
+    from nvlfleet.commands import run
+
+    values = {"policy": {"weightsHostPathPrefixes": ["/mnt/nvme/models"], "priorityClasses": ["inference-high"]}}
+    (container,) = one(render(helm, values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    parser = argparse.ArgumentParser(prog="nvlfleet run", exit_on_error=False)
+    run.add_arguments(parser)
+    assert run.config_of(parser.parse_args(container["args"])).policy == policy.Policy(
+        weights_host_path_prefixes=("/mnt/nvme/models",), priority_classes=("inference-high",)
+    )

@@ -5,12 +5,15 @@ Adapter, in front of the data flow: the webhook runs ``validation.validate``, th
 validate`` (and the reconciler's first step), so a bad serving is refused with each field path before it is
 stored. ``nvlfleet.adapters.main`` registers ``admit_serving`` under ``WEBHOOK_ID`` when a webhook port is set.
 
-**failurePolicy Ignore.** The webhook is a fast path for feedback, not the safety net: the CRD's schema and CEL
-rules hold without it, and the reconciler re-validates every generation and touches nothing for an invalid spec
-(condition ``Ready=False, InvalidSpec``). ``Fail`` would make the operator's availability a precondition for
-editing any serving — scaling down during an incident while the operator is down would be refused — and would
-also reject kopf's own bookkeeping patches. Updates that leave the spec as it is (labels, annotations, kopf's
-bookkeeping) are always admitted, so an object admitted while the webhook was down never gets stuck.
+**Two failure policies.** The chart installs the webhook with ``failurePolicy: Fail`` (and a ``matchConditions``
+rule that sends it only creates and spec changes, plus a ``namespaceSelector`` that leaves out the operator's own
+namespace and kube-system): the admin's policy (``api.policy``) is a boundary only if nothing gets past it while
+the operator is away, and metadata-only writes (kopf's bookkeeping, a finalizer removed by hand) still go through.
+The configuration kopf manages for a local run (no certificate directory) is ``Ignore``, a fast path for feedback.
+Either way the reconciler re-validates every generation under the same policy and touches nothing for a spec it
+refuses (``Ready=False, InvalidSpec``), so what got in while no webhook answered is still reported. Updates that
+leave the spec as it is are always admitted here too, so an object admitted while the webhook was down never gets
+stuck.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def admit_serving(
     try:
         allowed = memo.operator.config.policy if memo is not None else policy.DEFAULT
         found = validation.validate(dict(body), allowed)
-    except Exception as err:  # with failurePolicy Ignore, an error here would admit what nobody checked
+    except Exception as err:  # under failurePolicy Ignore an error here would admit what nobody checked
         log.exception("admission check of %s failed", body.get("metadata", {}).get("name"))
         raise kopf.AdmissionError(f"nvlfleet could not analyse this DeepSeekServing ({type(err).__name__})") from err
     if found:
