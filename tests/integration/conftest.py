@@ -12,8 +12,8 @@
 - `crd` (session): the DeepSeekServing CRD as `nvlfleet crd` prints it, applied and Established.
 - `imex` (session), `gb200_fleet`: the IMEX-channel stand-in (localcluster.computedomains) and GB200 racks whose trays
   publish a channel each, so pods claiming a ComputeDomain's channel schedule as on a real GB200 cluster.
-- `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (operator_process.py).
-- `cluster`: servings.Cluster on the test's namespace (builders and readers are in servings.py).
+- `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (localcluster.operatorprocess).
+- `cluster`: servings.Cluster on the test's namespace (builders and readers are in tests/support/servings.py).
 """
 
 from __future__ import annotations
@@ -32,13 +32,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-
-# The Makefile puts cluster/ on PYTHONPATH; a bare `pytest` run gets it here.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
-
-import servings
 from localcluster import binaries, cluster, computedomains, errors, fleet
-from operator_process import REPO, OperatorProcess
+from localcluster.operatorprocess import REPO, OperatorProcess
+
+from support import servings
 
 
 @dataclasses.dataclass(frozen=True)

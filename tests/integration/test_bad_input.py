@@ -11,7 +11,7 @@ Examples:
 - hand-written nasty ones (huge numbers, unicode, 63/64-character names, negative and zero sizes, conflicting
   kernel settings, malformed price windows, extraArgs smuggling shell metacharacters), each with the outcome it
   must have (refused at a field / a condition naming a field / accepted and run);
-- generated ones (tests/unit/badinput.py): a constraint of the CRD schema broken at a random field (sent with
+- generated ones (tests/support/badinput.py): a constraint of the CRD schema broken at a random field (sent with
   ``fieldValidation=Strict``, as kubectl sends it), and GB200 decode shapes, which the API server must refuse
   exactly when they break the GB200 NVL72 rules.
 
@@ -27,21 +27,16 @@ from __future__ import annotations
 
 import copy
 import json
-import pathlib
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-import figures
 import pytest
-import servings
 from hypothesis import HealthCheck, given, settings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
-import badinput
+from support import badinput, figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

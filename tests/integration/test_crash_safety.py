@@ -39,13 +39,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import figures
 import pytest
-import servings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster import fleet as fleets
-from operator_process import OperatorProcess
+from localcluster.operatorprocess import OperatorProcess
+
+from support import figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 

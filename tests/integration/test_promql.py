@@ -30,18 +30,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import localprometheus
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from localcluster import fleet
 
 from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core import render
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
-
-import localprometheus
-from localcluster import fleet
 
 pytestmark = pytest.mark.integration
 

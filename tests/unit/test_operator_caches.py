@@ -9,11 +9,10 @@ import datetime
 import inspect
 from typing import Any
 
-import fleetbuilder as fb
-import servingbuilder as sb
-
 from nvlfleet.adapters import main
 from nvlfleet.core import reconciler
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
 
 
 def lws(name: str, replicas: int, version: str, uid: str = "uid-1", namespace: str = "team") -> dict[str, Any]:
