@@ -82,13 +82,12 @@ def alive(pid: int | None, identity: Identity) -> bool:
         return False
     _reap(pid)
     if not isinstance(identity, pathlib.Path):
-        return bool(identity) and command_line(pid) == list(identity)
+        return bool(identity) and _settled_command_line(pid) == list(identity)
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z" and exe.removesuffix(" (deleted)") == str(identity)
+    return _state(pid) not in (None, "Z") and exe.removesuffix(" (deleted)") == str(identity)
 
 
 def stop(pid: int | None, identity: Identity, timeout: float = 15.0, *, kill: bool = False) -> None:
@@ -194,6 +193,22 @@ def _terminate(pid: int, gone: Callable[[float], bool], timeout: float, *, kill:
             os.kill(pid, sig)
         if gone(wait):
             return
+
+
+def _settled_command_line(pid: int) -> list[str] | None:
+    # A process in the middle of exec (just started) shows an empty command line for a moment: wait that out.
+    deadline = time.monotonic() + 1.0
+    while (argv := command_line(pid)) == [] and _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return argv
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (``Z`` for a zombie), None if it is gone."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _reap(pid: int) -> None:
