@@ -490,35 +490,8 @@ def runs(
             time.sleep(2.0)
 
         # 2. The crash run: batches of servings arrive while the operator is killed and restarted.
-        rng = random.Random(SEED + 1)
-        batches = [plans[i :: max(1, KILLS // 2)] for i in range(max(1, KILLS // 2))]
-        change_round = {p.name: rng.randrange(KILLS // 2, KILLS) for p in plans if p.final_groups != p.groups}
-        kills: list[dict[str, Any]] = []
-        codes: list[int | None] = []
         started = time.monotonic()
-        for round_ in range(KILLS):
-            operator.start()
-            for plan in batches[round_] if round_ < len(batches) else []:
-                created = cluster.create(spec_of(plan, fleet, plan.groups))
-                if int(plan.name[1:]) % 5 == 0:
-                    decoys.attach(created)
-            moment = kill_moment(operator, rng)
-            this_start = operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]
-            codes.append(operator.stop(kill=True))
-            writes = re.findall(r" applied (\w+) ", this_start)
-            kills.append(
-                {
-                    **moment,
-                    "writes_before": len(writes),
-                    # A pass applies ComputeDomain, LeaderWorkerSet, Service in this order: a kill after either
-                    # of the first two left that serving half-written.
-                    "mid_pass": bool(writes) and writes[-1] != "Service",
-                    "servings_ready": sum(servings.is_ready(o) for o in cluster.list()),
-                }
-            )
-            for plan in plans:  # while no operator runs
-                if change_round.get(plan.name) == round_:
-                    cluster.patch_spec(plan.name, {"roles": {"decode": {"groups": plan.final_groups}}})
+        kills, codes = kill_phase(operator, cluster, decoys, plans, fleet)
         kill_phase_seconds = time.monotonic() - started
         operator = OperatorProcess(
             tmp_path / "operator-final", kubeconfig, [namespace], recheck_seconds=RECHECK_SECONDS
@@ -557,6 +530,42 @@ def runs(
         },
     )
     return Runs(plans, cluster, decoys, reference, after, clean_exit_code, held, left, codes, ran_throughout)
+
+
+def kill_phase(
+    operator: OperatorProcess, cluster: servings.Cluster, decoys: Decoys, plans: list[Plan], fleet: Any
+) -> tuple[list[dict[str, Any]], list[int | None]]:
+    """KILLS starts and SIGKILLs of ``operator``, batches of servings created between them and some specs changed
+    while none runs; returns what each kill met and each killed operator's exit code."""
+    rng = random.Random(SEED + 1)
+    batches = [plans[i :: max(1, KILLS // 2)] for i in range(max(1, KILLS // 2))]
+    change_round = {p.name: rng.randrange(KILLS // 2, KILLS) for p in plans if p.final_groups != p.groups}
+    kills: list[dict[str, Any]] = []
+    codes: list[int | None] = []
+    for round_ in range(KILLS):
+        operator.start()
+        for plan in batches[round_] if round_ < len(batches) else []:
+            created = cluster.create(spec_of(plan, fleet, plan.groups))
+            if int(plan.name[1:]) % 5 == 0:
+                decoys.attach(created)
+        moment = kill_moment(operator, rng)
+        this_start = operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]
+        codes.append(operator.stop(kill=True))
+        writes = re.findall(r" applied (\w+) ", this_start)
+        kills.append(
+            {
+                **moment,
+                "writes_before": len(writes),
+                # A pass applies ComputeDomain, LeaderWorkerSet, Service in this order: a kill after either
+                # of the first two left that serving half-written.
+                "mid_pass": bool(writes) and writes[-1] != "Service",
+                "servings_ready": sum(servings.is_ready(o) for o in cluster.list()),
+            }
+        )
+        for plan in plans:  # while no operator runs
+            if change_round.get(plan.name) == round_:
+                cluster.patch_spec(plan.name, {"roles": {"decode": {"groups": plan.final_groups}}})
+    return kills, codes
 
 
 def expected_groups(plans: list[Plan]) -> int:

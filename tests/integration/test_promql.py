@@ -266,35 +266,9 @@ def chain(
 
         flash_leaders = until(lambda: leaders("flash", 2), 120, "flash's prefill and decode leaders with an IP")
         until(lambda: leaders("dark", 1), 120, "dark's leader pod with an IP")
-
-        # vLLM at each of flash's leaders' addresses (the fleet's pod IPs are loopback addresses).
         for pod in flash_leaders:
-            role = pod["metadata"]["labels"]["nvlfleet.io/role"]
-            (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
-                       if p.get("name") == "http"]  # fmt: skip
-            addresses = tmp_path / f"sim-{role}.addresses"
-            command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
-                       "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
-            started.append(child(command, tmp_path / f"sim-{role}.log"))
-            until(addresses.exists, 30, f"the simulated {role} leader")
-
-        with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
-        pod_monitor = next(
-            m
-            for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor))
-            if m["kind"] == "PodMonitor"
-        )
-        prometheus = localprometheus.Server(
-            tmp_path / "prometheus",
-            [
-                {
-                    "job_name": "nvlfleet-operator",
-                    "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
-                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-                },
-                pod_monitor_scrape_config(pod_monitor, flash_leaders),
-            ],
-        ).start()
+            simulated_leader(pod, tmp_path, until, started)
+        prometheus = scraping(flash, flash_leaders, metrics_port, tmp_path / "prometheus").start()
         yield Chain(prometheus, namespace, quota_namespace, until)
     finally:
         for obj_ns, name in ((namespace, "flash"), (namespace, "dark"), (quota_namespace, "stuck")):
@@ -307,6 +281,42 @@ def chain(
             prometheus.stop()
         for process in reversed(started):
             process.stop(timeout=30)
+
+
+def simulated_leader(
+    pod: dict[str, Any], tmp_path: pathlib.Path, until: Callable[..., Any], started: list[processes.Child]
+) -> None:
+    """vLLM at a leader pod's address (the fleet's pod IPs are loopback addresses), added to ``started`` (to be
+    stopped whatever happens next) and listening when this returns."""
+    role = pod["metadata"]["labels"]["nvlfleet.io/role"]
+    (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
+               if p.get("name") == "http"]  # fmt: skip
+    addresses = tmp_path / f"sim-{role}.addresses"
+    command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
+               "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
+    started.append(child(command, tmp_path / f"sim-{role}.log"))
+    until(addresses.exists, 30, f"the simulated {role} leader")
+
+
+def scraping(
+    flash: dict[str, Any], leaders: list[dict[str, Any]], metrics_port: int, workdir: pathlib.Path
+) -> localprometheus.Server:
+    """Prometheus scraping the operator (as the chart's ServiceMonitor) and flash's leaders (as its PodMonitor)."""
+    with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
+    pod_monitor = next(
+        m for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor)) if m["kind"] == "PodMonitor"
+    )
+    return localprometheus.Server(
+        workdir,
+        [
+            {
+                "job_name": "nvlfleet-operator",
+                "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
+                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+            },
+            pod_monitor_scrape_config(pod_monitor, leaders),
+        ],
+    )
 
 
 def test_the_operators_revenue_gauge_reaches_prometheus(chain: Chain) -> None:
