@@ -74,7 +74,7 @@ lock: ## re-pin requirements/runtime.lock (the operator image's dependencies) fr
 
 .PHONY: golden
 golden: setup ## regenerate tests/unit/golden (rendered manifests of the examples); review the diff
-	$(PY) tests/unit/golden_cases.py
+	PYTHONPATH=$(CURDIR)/tests:$(PYTHONPATH) $(PY) -m support.golden_cases
 
 .PHONY: cluster-up
 cluster-up: setup ## build (or reuse) the binaries and start the local cluster; prints KUBECONFIG=...

@@ -18,7 +18,6 @@ import concurrent.futures
 import contextlib
 import os
 import pathlib
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -27,6 +26,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from localcluster import processes
 from prometheus_client import parser as prom_parser
 
 from nvlfleet.api import crd
@@ -240,26 +240,22 @@ class BenchCluster:
 
 
 class OperatorProcess:
-    """``nvlfleet run`` as a child process, its PID recorded, stopped by that PID only."""
+    """``nvlfleet run`` as a child process (``localcluster.processes.Child``), its PID recorded next to its log,
+    stopped by that PID only."""
 
     def __init__(self, command: list[str], log: pathlib.Path) -> None:
         self.command = command
         self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.child = processes.Child(command, log, log.parent / f"{log.stem}.pid", cwd=REPO, env=env)
 
     def start(self, timeout: float = 60) -> OperatorProcess:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            out.write(f"\n==> {' '.join(self.command)}\n".encode())
-            out.flush()
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-        (self.log.parent / f"{self.log.stem}.pid").write_text(str(self.process.pid))
+        self.child.start()
         # kopf lists nodes and pods into its indexes before any handler runs; a short settle covers it.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"nvlfleet run exited with {self.process.returncode}; see {self.log}")
+            if not self.child.running():
+                raise RuntimeError(f"nvlfleet run exited with {self.child.returncode()}; see {self.log}")
             if "starting (namespaces" in self.log.read_text(errors="replace") or time.monotonic() > deadline - 55:
                 break
             time.sleep(0.2)
@@ -268,22 +264,10 @@ class OperatorProcess:
 
     @property
     def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+        return self.child.pid
 
     def stop(self, timeout: float = 30) -> int | None:
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout)
-        code = self.process.returncode
-        self.process = None
-        return code
+        return self.child.stop(timeout=timeout)
 
 
 def _flow_schema(identity: str, kind: str, verbs: list[str]) -> dict[str, Any]:

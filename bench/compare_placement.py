@@ -36,20 +36,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import baselines
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from localcluster import cluster as localcluster
+from localcluster import fleet as fleets
+from localcluster.operatorprocess import OperatorProcess
+
+from nvlfleet.api import models
+from nvlfleet.core import inventory, planner, render
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "cluster"))
-
-import baselines  # noqa: E402
-from localcluster import cluster as localcluster  # noqa: E402
-from localcluster import fleet as fleets  # noqa: E402
-from operator_process import OperatorProcess  # noqa: E402
-
-from nvlfleet.api import models  # noqa: E402
-from nvlfleet.core import inventory, planner, render  # noqa: E402
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"

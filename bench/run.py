@@ -31,13 +31,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "bench"), str(REPO / "cluster")]
+import benchcluster
+import machine
+import profiler
+import report
 
-import benchcluster  # noqa: E402
-import machine  # noqa: E402
-import profiler  # noqa: E402
-import report  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 WORK = REPO / ".bench"
 

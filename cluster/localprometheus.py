@@ -23,7 +23,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
+from localcluster import processes
 
 DEBIAN_PACKAGE = "prometheus"
 
@@ -139,7 +139,7 @@ class Server:
             "rule_files": [str(p) for p in rule_files],
             "scrape_configs": list(scrape_configs),
         }
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child: processes.Child | None = None
 
     def start(self, timeout: float = 30.0) -> Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -150,25 +150,23 @@ class Server:
         )
         if check.returncode != 0:
             raise QueryError(f"promtool check config: {check.stdout}{check.stderr}")
-        log = (self.workdir / "prometheus.log").open("wb")
-        self._process = subprocess.Popen(
-            [
-                str(self.binaries.prometheus),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1d",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        (self.workdir / "prometheus.pid").write_text(f"{self._process.pid}\n")
+        log = self.workdir / "prometheus.log"
+        argv = [
+            str(self.binaries.prometheus),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=1d",
+            "--log.level=warn",
+        ]
+        # Detached, so that the demo's server outlives `make demo`; stopped by its recorded PID.
+        pid_file = self.workdir / "prometheus.pid"
+        child = processes.Child(argv, log, pid_file, cwd=self.workdir, env=os.environ, detach=True)
+        self._child = child.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self._process.returncode}; see {log.name}")
+            if not child.running():
+                raise RuntimeError(f"prometheus exited with {child.returncode()}; see {log}")
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as answer:
                     if answer.status == 200:
@@ -176,18 +174,12 @@ class Server:
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"prometheus not ready within {timeout:g} s; see {log.name}")
+        raise RuntimeError(f"prometheus not ready within {timeout:g} s; see {log}")
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop(timeout=15)
 
     def __enter__(self) -> Server:
         return self.start()

@@ -272,7 +272,7 @@ def _ensure_running(layout: components.Layout, component: components.Component, 
             raise errors.ComponentError(component.name, f"port 127.0.0.1:{port} ({port_name}) is in use", log)
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)  # each component gets its own --kubeconfig
-    processes.start(component.argv(layout), log, pid_file, layout.root, env)
+    processes.start(component.argv(layout), log, pid_file, cwd=layout.root, env=env)
     progress(f"started {component.name} (log: {log})")
     return True
 

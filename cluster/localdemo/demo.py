@@ -13,8 +13,9 @@ The steps, each one reusing what already runs, so `make demo` twice changes noth
  8. wait until every serving is Ready and reports tokens/s and $/GPU-hour, then print what to look at.
 
 Background processes (operator, agent, Prometheus) record their PID and command line under ``.demo/`` and log
-there; ``down`` stops exactly those PIDs (a PID whose command line differs is not ours and is left alone),
-then removes the demo's namespace, nodes and volumes. The cluster keeps running (``make cluster-down``).
+there (``localcluster.processes``); ``down`` stops exactly those PIDs (a PID whose command line differs is not ours
+and is left alone), then removes the demo's namespace, nodes and volumes. The cluster keeps running
+(``make cluster-down``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +39,7 @@ import localprometheus
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from localcluster import binaries, cluster, computedomains, fleet
+from localcluster import binaries, cluster, computedomains, fleet, processes
 
 from nvlfleet.api import models
 from nvlfleet.core import inventory, render
@@ -299,12 +299,12 @@ def _prometheus(options: Options, state: _State, metrics_port: int, step: Say) -
     )
     desired = yaml.safe_dump(server.config, sort_keys=False)
     config_file = workdir / "prometheus.yml"
-    recorded = state.processes.get("prometheus")
-    if recorded and _ours(_read_pid(workdir / "prometheus.pid"), recorded) and _read(config_file) == desired:
+    recorded = state.processes.get("prometheus") or []
+    pid_file = workdir / "prometheus.pid"
+    if processes.alive(processes.read_pid(pid_file), recorded) and _read(config_file) == desired:
         step(f"Prometheus: reusing {server.url}")
         return server.url
-    if recorded:
-        _stop(_read_pid(workdir / "prometheus.pid"), recorded)
+    processes.stop(processes.read_pid(pid_file), recorded, timeout=20.0)
     _targets_file(options).parent.mkdir(parents=True, exist_ok=True)
     if not _targets_file(options).exists():
         _targets_file(options).write_text("[]\n")
@@ -313,7 +313,7 @@ def _prometheus(options: Options, state: _State, metrics_port: int, step: Say) -
         server.start()
     except (RuntimeError, localprometheus.QueryError) as err:
         raise DemoError(f"Prometheus: {err}") from None
-    state.processes["prometheus"] = _cmdline(_read_pid(workdir / "prometheus.pid"))
+    state.processes["prometheus"] = processes.command_line(processes.read_pid(pid_file)) or []
     state.save()
     return server.url
 
@@ -517,10 +517,10 @@ def down(options: Options | None = None, progress: Say = say) -> list[str]:
             if process.running():
                 stopped.append(f"{name} (pid {process.pid()})")
                 process.stop()
-        prometheus_pid = _read_pid(options.root / "prometheus" / "prometheus.pid")
-        if _ours(prometheus_pid, state.processes.get("prometheus") or []):
+        prometheus_pid = processes.read_pid(options.root / "prometheus" / "prometheus.pid")
+        if processes.alive(prometheus_pid, state.processes.get("prometheus") or []):
             stopped.append(f"prometheus (pid {prometheus_pid})")
-            _stop(prometheus_pid, state.processes["prometheus"])
+            processes.stop(prometheus_pid, state.processes["prometheus"], timeout=20.0)
         for line in stopped:
             progress(f"stopped {line}")
         # A new demo gets new leaders: old series would linger in queries for Prometheus' 5-minute lookback.
@@ -624,74 +624,23 @@ class _Process:
         return self.state.root / f"{self.name}.pid"
 
     def pid(self) -> int | None:
-        return _read_pid(self.pid_file)
+        return processes.read_pid(self.pid_file)
 
     def running(self) -> bool:
         """Our process runs with exactly this command line (a changed one is restarted by ``start``)."""
-        return _ours(self.pid(), self.argv)
+        return processes.alive(self.pid(), self.argv)
 
     def start(self, env: dict[str, str]) -> int:
-        recorded = self.state.processes.get(self.name)
-        if recorded:
-            _stop(self.pid(), recorded)
-        log = self.log.open("ab")
-        log.write(f"\n==> {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(self.argv)}\n".encode())
-        log.flush()
-        process = subprocess.Popen(
-            self.argv,
-            cwd=REPO,
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives `make demo`; stopped by `make demo-down`
-        )
-        log.close()
-        self.pid_file.write_text(f"{process.pid}\n")
+        processes.stop(self.pid(), self.state.processes.get(self.name) or [], timeout=20.0)
+        # Detached: outlives `make demo`; stopped by `make demo-down`.
+        process = processes.start(self.argv, self.log, self.pid_file, cwd=REPO, env={**os.environ, **env})
         self.state.processes[self.name] = self.argv
         self.state.save()
         return process.pid
 
     def stop(self) -> None:
-        _stop(self.pid(), self.argv)
+        processes.stop(self.pid(), self.argv, timeout=20.0)
         self.pid_file.unlink(missing_ok=True)
-
-
-def _cmdline(pid: int | None) -> list[str]:
-    try:
-        raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, TypeError):
-        return []
-    return raw.decode(errors="replace").rstrip("\0").split("\0") if raw else []
-
-
-def _ours(pid: int | None, argv: Sequence[str]) -> bool:
-    """True while ``pid`` runs exactly ``argv`` (not a zombie, not a recycled PID running something else)."""
-    if pid is None or not argv:
-        return False
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # started by this very process (tests): collect it if it exited
-    return _cmdline(pid) == list(argv)
-
-
-def _stop(pid: int | None, argv: Sequence[str], timeout: float = 20.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout``; only while the PID still runs ``argv``."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        if not _ours(pid, argv):
-            return
-        assert pid is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while _ours(pid, argv) and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
-def _read_pid(path: pathlib.Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _read(path: pathlib.Path) -> str:

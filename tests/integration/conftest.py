@@ -6,18 +6,22 @@
   every integration test with the component and log file named; it is never skipped.
 - `kubeconfig`, `api_client` (session): the admin kubeconfig path and a kubernetes ApiClient on it.
 - `namespace`: a fresh namespace whose `default` ServiceAccount exists; deleted after the test.
+- `module_namespace`, `module_fleet_factory`, `module_gb200_fleet`, `module_start_operator`, `module_cluster`: the
+  same for a whole module, for tests that share one expensive setup (one operator and fleet) and each prove one
+  behaviour of it.
 - `wait_for`: `wait_for(predicate, timeout, what)` polls until the predicate is truthy, else fails the test.
 - `fleet_factory`: `fleet_factory(racks=2, gpu="GB200", oddities=...)` adds kwok nodes shaped like NVL72
   trays under a fleet name unique to the test and removes them afterwards.
 - `crd` (session): the DeepSeekServing CRD as `nvlfleet crd` prints it, applied and Established.
 - `imex` (session), `gb200_fleet`: the IMEX-channel stand-in (localcluster.computedomains) and GB200 racks whose trays
   publish a channel each, so pods claiming a ComputeDomain's channel schedule as on a real GB200 cluster.
-- `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (operator_process.py).
-- `cluster`: servings.Cluster on the test's namespace (builders and readers are in servings.py).
+- `start_operator`: `nvlfleet run` for the test's namespace as a child process by PID (localcluster.operatorprocess).
+- `cluster`: servings.Cluster on the test's namespace (builders and readers are in tests/support/servings.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -32,13 +36,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-
-# The Makefile puts cluster/ on PYTHONPATH; a bare `pytest` run gets it here.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
-
-import servings
 from localcluster import binaries, cluster, computedomains, errors, fleet
-from operator_process import REPO, OperatorProcess
+from localcluster.operatorprocess import REPO, OperatorProcess
+
+from support import servings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +86,21 @@ def _short_id(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    with _namespace(api_client, request) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def module_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """One namespace for every test of a module that shares one expensive setup (operator, fleet, servings)."""
+    with _namespace(api_client, request) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def _namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
-    readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-")
+    readable = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().removesuffix(".py"))[:40].strip("-")
     name = f"it-{readable}-{_short_id(request)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", name)), 60, "default SA")
@@ -120,6 +134,18 @@ FleetFactory = Callable[..., Fleet]
 
 @pytest.fixture
 def fleet_factory(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[FleetFactory]:
+    with _fleets(api_client, request) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_fleet_factory(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[FleetFactory]:
+    with _fleets(api_client, request) as make:
+        yield make
+
+
+@contextlib.contextmanager
+def _fleets(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[FleetFactory]:
     made: list[str] = []
 
     def make(racks: int = 1, gpu: str = "GB200", **options: Any) -> Fleet:
@@ -133,7 +159,7 @@ def fleet_factory(api_client: client.ApiClient, request: pytest.FixtureRequest) 
         fleet.delete_fleet(api_client, name)
 
 
-@pytest.fixture(name="wait_for")
+@pytest.fixture(name="wait_for", scope="session")  # a plain function: module fixtures use it too
 def wait_for_fixture() -> Callable[..., Any]:
     return wait_for
 
@@ -194,6 +220,20 @@ def imex(api_client: client.ApiClient, crd: None) -> Iterator[None]:
 @pytest.fixture
 def gb200_fleet(fleet_factory: FleetFactory, api_client: client.ApiClient, imex: None) -> Iterator[FleetFactory]:
     """``gb200_fleet(racks)``: kwok NVL72 racks whose nodes publish an IMEX channel each."""
+    with _gb200_fleets(fleet_factory, api_client) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_gb200_fleet(
+    module_fleet_factory: FleetFactory, api_client: client.ApiClient, imex: None
+) -> Iterator[FleetFactory]:
+    with _gb200_fleets(module_fleet_factory, api_client) as make:
+        yield make
+
+
+@contextlib.contextmanager
+def _gb200_fleets(fleet_factory: FleetFactory, api_client: client.ApiClient) -> Iterator[FleetFactory]:
     made: list[Fleet] = []
 
     def make(racks: int = 1, **options: Any) -> Fleet:
@@ -213,6 +253,23 @@ def start_operator(
 ) -> Iterator[Callable[..., Any]]:
     """``start_operator(webhook=False, namespaces=None, wait=True)``: ``nvlfleet run --namespace <the test's>``
     with its PID recorded; stopped by that PID at the end of the test, its log tail printed."""
+    with _operators(kubeconfig, namespace, tmp_path) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def module_start_operator(
+    kubeconfig: pathlib.Path, module_namespace: str, tmp_path_factory: pytest.TempPathFactory, crd: None
+) -> Iterator[Callable[..., Any]]:
+    """``start_operator`` for ``module_namespace``: stopped after the module's last test."""
+    with _operators(kubeconfig, module_namespace, tmp_path_factory.mktemp("operators")) as start:
+        yield start
+
+
+@contextlib.contextmanager
+def _operators(
+    kubeconfig: pathlib.Path, namespace: str, tmp_path: pathlib.Path
+) -> Iterator[Callable[..., OperatorProcess]]:
     started: list[OperatorProcess] = []
 
     def start(*, namespaces: list[str] | None = None, wait: bool = True, **options: Any) -> OperatorProcess:
@@ -235,3 +292,8 @@ def start_operator(
 def cluster_fixture(api_client: client.ApiClient, namespace: str) -> servings.Cluster:
     """Reads and writes on the test's namespace (see servings.Cluster)."""
     return servings.Cluster(api_client, namespace)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(api_client: client.ApiClient, module_namespace: str) -> servings.Cluster:
+    return servings.Cluster(api_client, module_namespace)

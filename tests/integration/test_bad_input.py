@@ -11,7 +11,7 @@ Examples:
 - hand-written nasty ones (huge numbers, unicode, 63/64-character names, negative and zero sizes, conflicting
   kernel settings, malformed price windows, extraArgs smuggling shell metacharacters), each with the outcome it
   must have (refused at a field / a condition naming a field / accepted and run);
-- generated ones (tests/unit/badinput.py): a constraint of the CRD schema broken at a random field (sent with
+- generated ones (tests/support/badinput.py): a constraint of the CRD schema broken at a random field (sent with
   ``fieldValidation=Strict``, as kubectl sends it), and GB200 decode shapes, which the API server must refuse
   exactly when they break the GB200 NVL72 rules.
 
@@ -26,22 +26,18 @@ Counts go to figures.py's file.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-import pathlib
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import figures
 import pytest
-import servings
 from hypothesis import HealthCheck, given, settings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
-import badinput
+from support import badinput, figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -156,58 +152,128 @@ def submit(custom: client.CustomObjectsApi, namespace: str, obj: dict[str, Any],
     return ""
 
 
-def test_bad_input_is_refused_or_reported_and_the_operator_keeps_reconciling_the_rest(
-    cluster: servings.Cluster,
-    namespace: str,
-    gb200_fleet: Callable[..., Any],
-    start_operator: Callable[..., Any],
-    wait_for: Wait,
-    api_client: client.ApiClient,
-) -> None:
-    fleet = gb200_fleet(racks=1)
-    operator = start_operator(recheck_seconds=30)
-    pid = operator.pid
-    custom = client.CustomObjectsApi(api_client)
-    cluster.create(servings.serving("canary", fleet, groups=1, nodes=1))
-    wait_for(lambda: cluster.ready("canary"), 120, "the canary serving to be Ready")
+# ---------------------------------------------------------------------------------------------------------------
+# One operator, one rack and every hand-written case in one namespace for the whole module; each test below proves
+# one behaviour of that scene. The last tests check the operator survived all of it.
 
-    # 1. Hand-written cases, each with the one outcome it must have.
-    admitted: dict[str, tuple[str, str, str]] = {}
-    by_another_webhook = []
+
+@dataclasses.dataclass
+class Scene:
+    """What the module's tests share: the namespace's readers, the running operator, what admission said."""
+
+    cluster: servings.Cluster
+    custom: client.CustomObjectsApi
+    namespace: str
+    fleet: Any
+    operator: Any
+    pid: int
+    refusals: dict[str, str]  # case -> the API server's refusal ("" when admitted)
+    admitted: dict[str, tuple[str, str, str]]  # serving name -> (case, outcome, field)
+    by_another_webhook: list[str]
+    figures: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def scene(
+    module_cluster: servings.Cluster,
+    module_namespace: str,
+    module_gb200_fleet: Callable[..., Any],
+    module_start_operator: Callable[..., Any],
+    api_client: client.ApiClient,
+    wait_for: Wait,
+) -> Iterator[Scene]:
+    """A Ready canary serving, then every hand-written case submitted once: they sit in the namespace together
+    while the tests run. The figures are recorded when every test that measures one has run."""
+    fleet = module_gb200_fleet(racks=1)
+    operator = module_start_operator(recheck_seconds=30)
+    custom = client.CustomObjectsApi(api_client)
+    module_cluster.create(servings.serving("canary", fleet, groups=1, nodes=1))
+    wait_for(lambda: module_cluster.ready("canary"), 120, "the canary serving to be Ready")
+    found = Scene(module_cluster, custom, module_namespace, fleet, operator, operator.pid, {}, {}, [], {})
     for index, (case, changes, outcome, field) in enumerate(NASTY):
         obj = nasty_object(index, changes, fleet)
-        refusal = submit(custom, namespace, obj)
-        if outcome == "refused":
-            assert refusal and field in refusal and WEBHOOK not in refusal, f"{case}: {refusal or 'admitted'}"
-        elif refusal and WEBHOOK in refusal and outcome == "InvalidSpec":
+        refusal = submit(custom, module_namespace, obj)
+        found.refusals[case] = refusal
+        if outcome == "InvalidSpec" and refusal and WEBHOOK in refusal:
             # Another test's operator serves the (cluster-wide) webhook right now: refused early, at the field.
-            assert field in refusal, f"{case}: {refusal}"
-            by_another_webhook.append(case)
-        else:
-            assert refusal == "", f"{case}: {refusal}"
-            admitted[obj["metadata"]["name"]] = (case, outcome, field)
+            found.by_another_webhook.append(case)
+        elif outcome != "refused" and refusal == "":
+            found.admitted[obj["metadata"]["name"]] = (case, outcome, field)
+    yield found
+    if {"generated", "shapes", "canary_seconds"} <= set(found.figures):
+        outcomes = [o for _, _, o, _ in NASTY]
+        generated, shapes = found.figures["generated"], found.figures["shapes"]
+        figures.record(
+            "bad_input",
+            {
+                "hand_written": len(NASTY),
+                "hand_written_refused_at_admission": outcomes.count("refused"),
+                "hand_written_invalid_spec_condition": outcomes.count("InvalidSpec") - len(found.by_another_webhook),
+                "hand_written_refused_by_another_operators_webhook": len(found.by_another_webhook),
+                "hand_written_capacity_condition": outcomes.count("InsufficientCapacity"),
+                "hand_written_accepted_and_run": outcomes.count("runs"),
+                "generated_schema_violations": generated["refused"] + generated["admitted"],
+                "generated_schema_violations_refused": generated["refused"],
+                "generated_gb200_shapes": shapes["refused"] + shapes["admitted"],
+                "generated_gb200_shapes_refused_by_cel": shapes["refused"],
+                "operator_restarts": 0,
+                "tracebacks_in_operator_log": 0,
+                "healthy_serving_scaled_seconds": round(found.figures["canary_seconds"], 1),
+            },
+        )
 
-    # 2. Generated schema violations: all refused at admission by the schema or CEL.
+
+def _cases(outcome: str) -> list[Any]:
+    return [pytest.param(case, field, id=case) for case, _, o, field in NASTY if o == outcome]
+
+
+@pytest.mark.parametrize(("case", "field"), _cases("refused"))
+def test_a_case_the_schema_can_see_is_refused_at_admission_naming_its_field(
+    scene: Scene, case: str, field: str
+) -> None:
+    refusal = scene.refusals[case]
+    assert refusal and field in refusal and WEBHOOK not in refusal, f"{case}: {refusal or 'admitted'}"
+
+
+@pytest.mark.parametrize(("case", "field"), _cases("InvalidSpec"))
+def test_a_case_only_validation_sees_is_admitted_or_refused_by_a_webhook_at_its_field(
+    scene: Scene, case: str, field: str
+) -> None:
+    refusal = scene.refusals[case]
+    if case in scene.by_another_webhook:
+        assert field in refusal, f"{case}: {refusal}"
+    else:
+        assert refusal == "", f"{case}: {refusal}"
+
+
+@pytest.mark.parametrize(("case", "field"), [*_cases("InsufficientCapacity"), *_cases("runs")])
+def test_a_case_that_needs_cluster_facts_or_is_fine_is_admitted(scene: Scene, case: str, field: str) -> None:
+    assert scene.refusals[case] == "", f"{case}: {scene.refusals[case]}"
+
+
+def test_generated_schema_violations_are_all_refused_at_admission(scene: Scene) -> None:
     generated = {"refused": 0, "admitted": 0}
 
     @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(badinput.schema_violations())
     def schema_violation_is_refused(violation: badinput.Violation) -> None:
         obj = violation.apply(badinput.base_serving("generated"))
-        refusal = submit(custom, namespace, obj, dry_run=True)
+        refusal = submit(scene.custom, scene.namespace, obj, dry_run=True)
         generated["refused" if refusal else "admitted"] += 1
         assert refusal, f"admitted: {violation}"
 
     schema_violation_is_refused()
+    scene.figures["generated"] = generated
 
-    # 3. Generated GB200 shapes: refused exactly when they break the GB200 NVL72 rules.
+
+def test_generated_gb200_shapes_are_refused_exactly_when_they_break_the_nvl72_rules(scene: Scene) -> None:
     shapes = {"refused": 0, "admitted": 0}
 
     @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(badinput.gb200_shapes())
     def shape_is_refused_iff_gb200_cannot_run_it(shape: badinput.Shape) -> None:
         obj = shape.apply(badinput.base_serving("shape"))
-        refusal = submit(custom, namespace, obj, dry_run=True)
+        refusal = submit(scene.custom, scene.namespace, obj, dry_run=True)
         shapes["refused" if refusal else "admitted"] += 1
         broken = badinput.breaks_gb200_rules(shape)
         assert bool(refusal) == (broken is not None), (shape, broken, refusal)
@@ -215,76 +281,110 @@ def test_bad_input_is_refused_or_reported_and_the_operator_keeps_reconciling_the
             assert "spec.roles.decode" in refusal or "spec: Invalid value" in refusal, refusal
 
     shape_is_refused_iff_gb200_cannot_run_it()
+    scene.figures["shapes"] = shapes
 
-    # 4. While all of that sits in the namespace, the healthy serving keeps being reconciled.
+
+def test_the_healthy_serving_keeps_being_reconciled_beside_the_bad_ones(scene: Scene, wait_for: Wait) -> None:
+    cluster = scene.cluster
     cluster.patch_spec("canary", {"roles": {"decode": {"groups": 2}}})
     started = time.monotonic()
     wait_for(lambda: cluster.ready("canary") and cluster.get("canary")["status"]["ready"] == "2/2", 120, "canary 2/2")
-    canary_seconds = time.monotonic() - started
+    scene.figures["canary_seconds"] = time.monotonic() - started
 
-    def reported(name: str) -> bool:
-        obj = cluster.get(name)
+
+@pytest.fixture(scope="module")
+def reported(scene: Scene, wait_for: Wait) -> dict[str, tuple[str, str, str]]:
+    """The admitted cases, once every one of them carries a condition and the good ones are Ready."""
+
+    def has_conditions(name: str) -> bool:
+        obj = scene.cluster.get(name)
         status = obj.get("status") or {}
         return status.get("observedGeneration") == obj["metadata"]["generation"] and bool(status.get("conditions"))
 
-    def owned_by(name: str) -> list[str]:
-        """Children of the serving by owner reference (a 64-character name is no label value to select by)."""
-        found = []
-        for group, version, plural in (servings.LWS, servings.CD):
-            for obj in custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]:
-                if any(ref["name"] == name for ref in obj["metadata"].get("ownerReferences") or []):
-                    found.append(f"{obj['kind']}/{obj['metadata']['name']}")
-        return found
+    admitted = scene.admitted
+    wait_for(lambda: all(has_conditions(n) for n in admitted), 180, "a condition on every admitted bad serving")
+    wait_for(
+        lambda: all(scene.cluster.ready(n) for n, (_, o, _) in admitted.items() if o == "runs"), 180, "the good ones"
+    )
+    return admitted
 
-    wait_for(lambda: all(reported(n) for n in admitted), 180, "a condition on every admitted bad serving")
-    wait_for(lambda: all(cluster.ready(n) for n, (_, o, _) in admitted.items() if o == "runs"), 180, "the good ones")
-    for name, (case, outcome, field) in admitted.items():
-        obj = cluster.get(name)
-        ready = servings.condition_of(obj, "Ready")
+
+def _admitted(reported: dict[str, tuple[str, str, str]], outcome: str) -> list[tuple[str, str, str]]:
+    found = [(name, case, field) for name, (case, o, field) in reported.items() if o == outcome]
+    assert found, f"no admitted case expected to end as {outcome}"
+    return found
+
+
+def owned_by(scene: Scene, name: str) -> list[str]:
+    """Children of the serving by owner reference (a 64-character name is no label value to select by)."""
+    found = []
+    for group, version, plural in (servings.LWS, servings.CD):
+        for obj in scene.custom.list_namespaced_custom_object(group, version, scene.namespace, plural)["items"]:
+            if any(ref["name"] == name for ref in obj["metadata"].get("ownerReferences") or []):
+                found.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    return found
+
+
+def test_an_admitted_invalid_spec_is_reported_as_invalid_spec_naming_its_field(
+    scene: Scene, reported: dict[str, tuple[str, str, str]]
+) -> None:
+    for name, case, field in _admitted(reported, "InvalidSpec"):
+        ready = servings.condition_of(scene.cluster.get(name), "Ready")
         assert ready is not None, case
-        if outcome == "runs":
-            assert ready["status"] == "True", f"{case}: {ready}"
-            continue
-        if outcome == "InsufficientCapacity":
-            assert cluster.is_(name, "InsufficientCapacity"), f"{case}: {obj['status']['conditions']}"
-        else:
-            assert (ready["status"], ready["reason"]) == ("False", outcome), f"{case}: {ready}"
-            assert field in ready["message"], f"{case}: {ready['message']}"
-        assert owned_by(name) == [], f"{case}: something was created"
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), f"{case}: {ready}"
+        assert field in ready["message"], f"{case}: {ready['message']}"
 
-    # The value full of shell metacharacters reached the real pod as one argv item, after no shell.
-    shellish = next(n for n, (c, _, _) in admitted.items() if c == "shell metacharacters as a value")
-    (pod,) = cluster.pods(shellish)
+
+def test_a_serving_the_fleet_cannot_hold_is_reported_as_insufficient_capacity(
+    scene: Scene, reported: dict[str, tuple[str, str, str]]
+) -> None:
+    for name, case, _ in _admitted(reported, "InsufficientCapacity"):
+        obj = scene.cluster.get(name)
+        assert servings.condition_of(obj, "Ready") is not None, case
+        assert scene.cluster.is_(name, "InsufficientCapacity"), f"{case}: {obj['status']['conditions']}"
+
+
+def test_an_odd_but_valid_serving_runs(scene: Scene, reported: dict[str, tuple[str, str, str]]) -> None:
+    for name, case, _ in _admitted(reported, "runs"):
+        ready = servings.condition_of(scene.cluster.get(name), "Ready")
+        assert ready is not None, case
+        assert ready["status"] == "True", f"{case}: {ready}"
+
+
+def test_nothing_is_created_for_a_serving_that_cannot_run(
+    scene: Scene, reported: dict[str, tuple[str, str, str]]
+) -> None:
+    for name, (case, outcome, _) in reported.items():
+        if outcome != "runs":
+            assert owned_by(scene, name) == [], f"{case}: something was created"
+
+
+def test_a_value_full_of_shell_metacharacters_reaches_the_pod_as_one_argument_after_no_shell(
+    scene: Scene, reported: dict[str, tuple[str, str, str]]
+) -> None:
+    shellish = next(n for n, (c, _, _) in reported.items() if c == "shell metacharacters as a value")
+    (pod,) = scene.cluster.pods(shellish)
     command = pod.spec.containers[0].command
     badinput.assert_no_shell(command)
     assert command[command.index("--root-path") + 1] == SHELLISH.replace("$(", "$$(")
-    for lws in custom.list_namespaced_custom_object(*servings.LWS[:2], namespace, servings.LWS[2])["items"]:
+
+
+def test_no_pod_template_the_operator_wrote_runs_a_shell(
+    scene: Scene, reported: dict[str, tuple[str, str, str]]
+) -> None:
+    lws_items = scene.custom.list_namespaced_custom_object(*servings.LWS[:2], scene.namespace, servings.LWS[2])
+    for lws in lws_items["items"]:
         template = lws["spec"]["leaderWorkerTemplate"]
         for pod_template in (template.get("leaderTemplate"), template["workerTemplate"]):
             for container in (pod_template or {}).get("spec", {}).get("containers", []):
                 badinput.assert_no_shell([*container.get("command", []), *container.get("args", [])])
 
-    time.sleep(5)
-    assert operator.running() and operator.pid == pid, "the operator died or was restarted"
-    log = operator.log.read_text(errors="replace")
-    assert "Traceback" not in log, operator.tail(120)
 
-    outcomes = [o for _, _, o, _ in NASTY]
-    figures.record(
-        "bad_input",
-        {
-            "hand_written": len(NASTY),
-            "hand_written_refused_at_admission": outcomes.count("refused"),
-            "hand_written_invalid_spec_condition": outcomes.count("InvalidSpec") - len(by_another_webhook),
-            "hand_written_refused_by_another_operators_webhook": len(by_another_webhook),
-            "hand_written_capacity_condition": outcomes.count("InsufficientCapacity"),
-            "hand_written_accepted_and_run": outcomes.count("runs"),
-            "generated_schema_violations": generated["refused"] + generated["admitted"],
-            "generated_schema_violations_refused": generated["refused"],
-            "generated_gb200_shapes": shapes["refused"] + shapes["admitted"],
-            "generated_gb200_shapes_refused_by_cel": shapes["refused"],
-            "operator_restarts": 0,
-            "tracebacks_in_operator_log": 0,
-            "healthy_serving_scaled_seconds": round(canary_seconds, 1),
-        },
-    )
+def test_the_operator_neither_died_nor_restarted(scene: Scene, reported: dict[str, tuple[str, str, str]]) -> None:
+    time.sleep(5)
+    assert scene.operator.running() and scene.operator.pid == scene.pid, "the operator died or was restarted"
+
+
+def test_the_operator_logged_no_traceback(scene: Scene, reported: dict[str, tuple[str, str, str]]) -> None:
+    log = scene.operator.log.read_text(errors="replace")
+    assert "Traceback" not in log, scene.operator.tail(120)

@@ -36,17 +36,16 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import figures
 import pytest
-import servings
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import cluster as localcluster
 from localcluster import computedomains
 from localcluster import fleet as fleets
-from operator_process import REPO, OperatorProcess
+from localcluster.operatorprocess import REPO, OperatorProcess
 
 from nvlfleet.api import metric_names
+from support import figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

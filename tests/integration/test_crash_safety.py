@@ -39,15 +39,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import figures
 import pytest
-import servings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster import fleet as fleets
-from operator_process import OperatorProcess
+from localcluster.operatorprocess import OperatorProcess
 
 from nvlfleet.api import metric_names
+from support import figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
@@ -57,7 +56,6 @@ SEED = int(os.environ.get("NVLFLEET_CRASH_SEED", "20261130"))
 TRAYS_PER_RACK = 18
 STARTUP_KILLS = 0.3  # share of kills during start-up (imports, login, first listings); the rest land in passes
 RECHECK_SECONDS = 30.0  # a 3 s re-check of every serving would be most of this machine's CPU
-Wait = Callable[..., Any]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -437,20 +435,37 @@ def leftovers(api_client: client.ApiClient, namespace: str, ignore: set[str]) ->
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The test
+# The two runs, once for the module; each test below proves one property of how they ended
 
 
-def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
+@dataclasses.dataclass
+class Runs:
+    """What the clean run and the crash run left, and what was observed on the way."""
+
+    plans: list[Plan]
+    cluster: servings.Cluster
+    decoys: Decoys
+    reference: dict[str, Any]  # the clean run's end state
+    after: dict[str, Any]  # the crash run's end state
+    clean_exit_code: int | None  # of the clean run's operator, stopped by SIGTERM
+    finalizers_without_operator: list[str]  # servings a finalizer held after the clean run's operator stopped
+    garbage_left: list[str]  # what garbage collection had not removed 300 s after the servings were deleted
+    kill_exit_codes: list[int | None]  # of each SIGKILLed operator of the crash run
+    final_operator_ran_throughout: bool
+
+
+@pytest.fixture(scope="module")
+def runs(
     api_client: client.ApiClient,
-    namespace: str,
+    module_namespace: str,
     kubeconfig: pathlib.Path,
-    gb200_fleet: Callable[..., Any],
-    tmp_path: pathlib.Path,
-    wait_for: Wait,
+    module_gb200_fleet: Callable[..., Any],
+    tmp_path_factory: pytest.TempPathFactory,
     crd: None,
-) -> None:
+) -> Runs:
+    namespace, tmp_path = module_namespace, tmp_path_factory.mktemp("crash-safety")
     plans = draw(SERVINGS, SEED)
-    fleet = gb200_fleet(racks=plans[-1].rack + 1)
+    fleet = module_gb200_fleet(racks=plans[-1].rack + 1)
     cluster = servings.Cluster(api_client, namespace)
     decoys = Decoys(api_client, namespace)
     decoys.make(plans)
@@ -465,48 +480,19 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
             cluster.create(spec_of(plan, fleet, plan.final_groups))
         await_convergence(api_client, namespace, plans, converge_timeout)
         clean_seconds = time.monotonic() - started
-        assert operator.stop() == 0
+        clean_exit_code = operator.stop()
         reference = state(api_client, namespace, fleet, ignore=set(decoys.created))
-        # Nothing holds a serving for the operator: with no operator running they go at once.
-        assert [o["metadata"]["name"] for o in cluster.list() if o["metadata"].get("finalizers")] == []
+        held = [o["metadata"]["name"] for o in cluster.list() if o["metadata"].get("finalizers")]
 
         for plan in plans:
             cluster.delete(plan.name)
         deadline = time.monotonic() + 300
-        while left := leftovers(api_client, namespace, set(decoys.created)):
-            assert time.monotonic() < deadline, f"garbage collection left {left}"
+        while (left := leftovers(api_client, namespace, set(decoys.created))) and time.monotonic() < deadline:
             time.sleep(2.0)
 
         # 2. The crash run: batches of servings arrive while the operator is killed and restarted.
-        rng = random.Random(SEED + 1)
-        batches = [plans[i :: max(1, KILLS // 2)] for i in range(max(1, KILLS // 2))]
-        change_round = {p.name: rng.randrange(KILLS // 2, KILLS) for p in plans if p.final_groups != p.groups}
-        kills: list[dict[str, Any]] = []
         started = time.monotonic()
-        for round_ in range(KILLS):
-            operator.start()
-            for plan in batches[round_] if round_ < len(batches) else []:
-                created = cluster.create(spec_of(plan, fleet, plan.groups))
-                if int(plan.name[1:]) % 5 == 0:
-                    decoys.attach(created)
-            moment = kill_moment(operator, rng)
-            this_start = operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]
-            code = operator.stop(kill=True)
-            assert code == -9, f"the operator exited on its own (code {code}) before kill {round_ + 1}"
-            writes = re.findall(r" applied (\w+) ", this_start)
-            kills.append(
-                {
-                    **moment,
-                    "writes_before": len(writes),
-                    # A pass applies ComputeDomain, LeaderWorkerSet, Service in this order: a kill after either
-                    # of the first two left that serving half-written.
-                    "mid_pass": bool(writes) and writes[-1] != "Service",
-                    "servings_ready": sum(servings.is_ready(o) for o in cluster.list()),
-                }
-            )
-            for plan in plans:  # while no operator runs
-                if change_round.get(plan.name) == round_:
-                    cluster.patch_spec(plan.name, {"roles": {"decode": {"groups": plan.final_groups}}})
+        kills, codes = kill_phase(operator, cluster, decoys, plans, fleet)
         kill_phase_seconds = time.monotonic() - started
         operator = OperatorProcess(
             tmp_path / "operator-final", kubeconfig, [namespace], recheck_seconds=RECHECK_SECONDS
@@ -515,33 +501,18 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
         recovery_seconds = await_convergence(api_client, namespace, plans, converge_timeout)
         passes = pass_durations(operator.metrics_port)
         after = state(api_client, namespace, fleet, ignore=set(decoys.created))
-        assert operator.running(), "the operator exited during the final convergence"
+        ran_throughout = operator.running()
     finally:
         operator.stop()
         print(f"--- {operator.log} ---\n{operator.tail()}")
 
-    # The crash run ends where the clean run ended, object for object.
     (tmp_path / "clean.json").write_text(json.dumps(reference, indent=1, sort_keys=True))
     (tmp_path / "crashed.json").write_text(json.dumps(after, indent=1, sort_keys=True))
-    assert sorted(after["children"]) == sorted(reference["children"])
-    assert differences(after["children"], reference["children"]) == []
-    assert differences(after["servings"], reference["servings"]) == []
-    assert after["pods_per_rack"] == reference["pods_per_rack"]
-    expected_groups = sum(p.final_groups for p in plans if p.name != conflicted(plans))
-    assert sum(n for per in after["pods_per_rack"].values() for n in per.values()) == expected_groups
-    for name, per_rack in after["pods_per_rack"].items():
-        plan = next(p for p in plans if p.name == name)
-        assert per_rack == {str(plan.rack): plan.final_groups}, name
-    assert all([o["controller"] for o in c["owners"]] == [True] for c in after["children"].values())
-    assert not [c for c in after["children"].values() if c["owners"][0]["serving"].startswith("<gone")]
-    assert decoys.changes() == {}
-    assert ("Warning", "NameConflict") in [(t, r) for t, r, _ in cluster.events(conflicted(plans))]
-
     figures.record(
         f"crash_safety_{SERVINGS}_servings",
         {
             "servings": SERVINGS,
-            "groups": expected_groups,
+            "groups": expected_groups(plans),
             "racks": plans[-1].rack + 1,
             "kills": KILLS,
             "seed": SEED,
@@ -559,3 +530,116 @@ def test_sigkilled_at_random_moments_the_operator_ends_where_a_clean_run_ends(
             "kill_moments": kills,
         },
     )
+    return Runs(plans, cluster, decoys, reference, after, clean_exit_code, held, left, codes, ran_throughout)
+
+
+def kill_phase(
+    operator: OperatorProcess, cluster: servings.Cluster, decoys: Decoys, plans: list[Plan], fleet: Any
+) -> tuple[list[dict[str, Any]], list[int | None]]:
+    """KILLS starts and SIGKILLs of ``operator``, batches of servings created between them and some specs changed
+    while none runs; returns what each kill met and each killed operator's exit code."""
+    rng = random.Random(SEED + 1)
+    batches = [plans[i :: max(1, KILLS // 2)] for i in range(max(1, KILLS // 2))]
+    change_round = {p.name: rng.randrange(KILLS // 2, KILLS) for p in plans if p.final_groups != p.groups}
+    kills: list[dict[str, Any]] = []
+    codes: list[int | None] = []
+    for round_ in range(KILLS):
+        operator.start()
+        for plan in batches[round_] if round_ < len(batches) else []:
+            created = cluster.create(spec_of(plan, fleet, plan.groups))
+            if int(plan.name[1:]) % 5 == 0:
+                decoys.attach(created)
+        moment = kill_moment(operator, rng)
+        this_start = operator.log.read_text(errors="replace").rsplit("==> ", 1)[-1]
+        codes.append(operator.stop(kill=True))
+        writes = re.findall(r" applied (\w+) ", this_start)
+        kills.append(
+            {
+                **moment,
+                "writes_before": len(writes),
+                # A pass applies ComputeDomain, LeaderWorkerSet, Service in this order: a kill after either
+                # of the first two left that serving half-written.
+                "mid_pass": bool(writes) and writes[-1] != "Service",
+                "servings_ready": sum(servings.is_ready(o) for o in cluster.list()),
+            }
+        )
+        for plan in plans:  # while no operator runs
+            if change_round.get(plan.name) == round_:
+                cluster.patch_spec(plan.name, {"roles": {"decode": {"groups": plan.final_groups}}})
+    return kills, codes
+
+
+def expected_groups(plans: list[Plan]) -> int:
+    """Groups that run in the end: every serving's final size, but the one whose Service name a user took."""
+    return sum(p.final_groups for p in plans if p.name != conflicted(plans))
+
+
+# -- on the way -------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_stops_the_clean_runs_operator_with_exit_code_0(runs: Runs) -> None:
+    assert runs.clean_exit_code == 0
+
+
+def test_nothing_holds_a_serving_for_a_stopped_operator(runs: Runs) -> None:
+    # With no operator running the servings go at once.
+    assert runs.finalizers_without_operator == []
+
+
+def test_garbage_collection_removes_everything_the_deleted_servings_owned(runs: Runs) -> None:
+    assert runs.garbage_left == [], f"garbage collection left {runs.garbage_left}"
+
+
+def test_every_operator_of_the_crash_run_was_killed_not_exited(runs: Runs) -> None:
+    for kill, code in enumerate(runs.kill_exit_codes, start=1):
+        assert code == -9, f"the operator exited on its own (code {code}) before kill {kill}"
+
+
+def test_the_last_operator_runs_throughout_the_final_convergence(runs: Runs) -> None:
+    assert runs.final_operator_ran_throughout, "the operator exited during the final convergence"
+
+
+# -- the crash run ends where the clean run ended, object for object ---------------------------------------------
+
+
+def test_the_crash_run_leaves_the_same_children_as_the_clean_run(runs: Runs) -> None:
+    assert sorted(runs.after["children"]) == sorted(runs.reference["children"])
+
+
+def test_each_child_has_the_clean_runs_content(runs: Runs) -> None:
+    assert differences(runs.after["children"], runs.reference["children"]) == []
+
+
+def test_each_serving_has_the_clean_runs_placement_and_conditions(runs: Runs) -> None:
+    assert differences(runs.after["servings"], runs.reference["servings"]) == []
+
+
+def test_the_same_pods_run_in_each_rack(runs: Runs) -> None:
+    assert runs.after["pods_per_rack"] == runs.reference["pods_per_rack"]
+
+
+def test_every_group_runs_exactly_once(runs: Runs) -> None:
+    running = sum(n for per in runs.after["pods_per_rack"].values() for n in per.values())
+    assert running == expected_groups(runs.plans)
+
+
+def test_each_serving_runs_its_final_size_in_its_own_rack(runs: Runs) -> None:
+    for name, per_rack in runs.after["pods_per_rack"].items():
+        plan = next(p for p in runs.plans if p.name == name)
+        assert per_rack == {str(plan.rack): plan.final_groups}, name
+
+
+def test_each_child_has_its_serving_as_its_one_controller(runs: Runs) -> None:
+    assert all([o["controller"] for o in c["owners"]] == [True] for c in runs.after["children"].values())
+
+
+def test_no_child_outlives_its_serving(runs: Runs) -> None:
+    assert not [c for c in runs.after["children"].values() if c["owners"][0]["serving"].startswith("<gone")]
+
+
+def test_no_user_object_that_looks_like_nvlfleets_is_modified_or_deleted(runs: Runs) -> None:
+    assert runs.decoys.changes() == {}
+
+
+def test_the_serving_whose_service_name_a_user_took_reports_name_conflict(runs: Runs) -> None:
+    assert ("Warning", "NameConflict") in [(t, r) for t, r, _ in runs.cluster.events(conflicted(runs.plans))]

@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import figures
 import pytest
-import servings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from operator_process import OperatorProcess
+from localcluster.operatorprocess import OperatorProcess
 
 from nvlfleet.commands import run
+from support import figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import servings
 import yaml
 from kubernetes import client
-from operator_process import REPO
+from localcluster.operatorprocess import REPO
+
+from support import servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

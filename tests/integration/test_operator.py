@@ -4,7 +4,7 @@ Every test gets its own namespace, its own kwok fleet (servings select it with `
 tests running side by side never share racks) and its own ``nvlfleet run`` process reconciling only that
 namespace. A stand-in for the NVIDIA driver's ComputeDomain side (localcluster.computedomains) lets pods that claim an
 IMEX channel schedule, as they would on a real GB200 cluster. Fixtures are in conftest.py, builders and
-readers in servings.py.
+readers in tests/support/servings.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from servings import Cluster, groups_of, node_cliques, serving
+
+from support.servings import Cluster, groups_of, node_cliques, serving
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import datetime
 import pathlib
 import time
 
-import localprometheus  # cluster/ is on the path (Makefile, or tests/integration/conftest.py)
+import localprometheus  # cluster/ is on the path (pytest's pythonpath)
 import pytest
 
 from nvlfleet.adapters.exporter import OperatorMetrics, start_exporter

@@ -19,30 +19,26 @@ serving whose LeaderWorkerSet a ResourceQuota refuses (reconcile errors), status
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import localprometheus
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from localcluster import fleet, processes
 
-from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core import render
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "cluster"))
-
-import localprometheus
-from localcluster import fleet
 
 pytestmark = pytest.mark.integration
 
@@ -93,30 +89,11 @@ def serving(namespace: str, name: str, roles: dict[str, Any], fleet_name: str) -
 ONE_GROUP = {"groups": 1, "parallelism": {"tensor": 1, "data": 4}}
 
 
-class Process:
-    """A child process with its output in a file, stopped by its PID."""
-
-    def __init__(self, command: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
-        self.log_path = log
-        self.process = subprocess.Popen(
-            command,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+def child(command: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> processes.Child:
+    """A started child process (its own session) logging to ``log``, its PID beside it, stopped by that PID."""
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    pid_file = log.with_suffix(".pid")
+    return processes.Child(command, log, pid_file, cwd=log.parent, env=environment, detach=True).start()
 
 
 def self_signed_certificate(directory: pathlib.Path) -> pathlib.Path:
@@ -182,11 +159,11 @@ def pod_monitor_scrape_config(pod_monitor: dict[str, Any], pods: list[dict[str, 
     }
 
 
-@pytest.fixture
-def quota_namespace(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def quota_namespace(api_client: client.ApiClient, module_namespace: str) -> Iterator[str]:
     """A namespace whose ResourceQuota allows no LeaderWorkerSet: a serving there fails to reconcile, for real."""
     core = client.CoreV1Api(api_client)
-    name = f"{namespace[:50]}-quota"
+    name = f"{module_namespace[:50]}-quota"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     quota = client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="no-groups"),
@@ -201,20 +178,53 @@ def quota_namespace(api_client: client.ApiClient, namespace: str) -> Iterator[st
             raise
 
 
-def test_every_dashboard_query_and_alert_signal_returns_data(
+# ---------------------------------------------------------------------------------------------------------------
+# One chain for the module: operator, three servings, simulated leaders, Prometheus; each test queries it
+
+
+@dataclasses.dataclass
+class Chain:
+    """The running chain the tests query, and how to wait on it with the whole chain's state in the failure."""
+
+    server: localprometheus.Server
+    namespace: str
+    quota_namespace: str
+    until: Callable[[Callable[[], Any], float, str], Any]
+    deadline: float | None = None  # set by the first wait for data: 150 s from then for all of them
+
+    def returns_data(self, expr: str) -> bool:
+        try:
+            return bool(self.server.query(expr))
+        except localprometheus.QueryError:
+            return False
+
+    def without_data(self, queries: list[tuple[str, str]]) -> str:
+        """The queries still without data at the chain's deadline, one ``where: expr`` per line."""
+        if self.deadline is None:  # rates, subqueries and status need a few scrapes and a minute boundary
+            self.deadline = time.monotonic() + 150
+        empty = [(where, expr) for where, expr in queries if not self.returns_data(expr)]
+        while empty and time.monotonic() < self.deadline:
+            time.sleep(3)
+            empty = [(where, expr) for where, expr in empty if not self.returns_data(expr)]
+        return "\n".join(f"{where}: {expr}" for where, expr in empty)
+
+
+@pytest.fixture(scope="module")
+def chain(
     kubeconfig: pathlib.Path,
     api_client: client.ApiClient,
-    namespace: str,
+    module_namespace: str,
     quota_namespace: str,
-    fleet_factory: Callable[..., Any],
+    module_fleet_factory: Callable[..., Any],
     wait_for: Callable[..., Any],
-    tmp_path: pathlib.Path,
-) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Chain]:
+    namespace, tmp_path = module_namespace, tmp_path_factory.mktemp("promql")
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
-    racks = fleet_factory(racks=2, gpu="GB200")
+    racks = module_fleet_factory(racks=2, gpu="GB200")
     metrics_port = localprometheus.free_port()
-    operator = Process(
+    operator = child(
         [NVLFLEET, "run", "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--namespace", quota_namespace,
          "--bind-address", "127.0.0.1", "--metrics-port", str(metrics_port),
          "--health-port", str(localprometheus.free_port()), "--webhook-port", str(localprometheus.free_port()),
@@ -222,14 +232,14 @@ def test_every_dashboard_query_and_alert_signal_returns_data(
          "--scrape-seconds", "2", "--status-metrics-seconds", "5"],
         tmp_path / "operator.log",
     )  # fmt: skip
-    processes = [operator]
+    started = [operator]
     prometheus: localprometheus.Server | None = None
 
     def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         try:
             return wait_for(predicate, timeout, what)
         except pytest.fail.Exception:
-            logs = "\n".join(f"--- {p.log_path.name}\n{p.log()[-4000:]}" for p in processes)
+            logs = "\n".join(f"--- {p.log.name}\n{p.log.read_text(errors='replace')[-4000:]}" for p in started)
             status = {
                 name: (custom.get_namespaced_custom_object(*DSS[:2], ns, DSS[2], name).get("status") or {})
                 for ns, name in ((namespace, "flash"), (namespace, "dark"))
@@ -256,73 +266,10 @@ def test_every_dashboard_query_and_alert_signal_returns_data(
 
         flash_leaders = until(lambda: leaders("flash", 2), 120, "flash's prefill and decode leaders with an IP")
         until(lambda: leaders("dark", 1), 120, "dark's leader pod with an IP")
-
-        # vLLM at each of flash's leaders' addresses (the fleet's pod IPs are loopback addresses).
         for pod in flash_leaders:
-            role = pod["metadata"]["labels"]["nvlfleet.io/role"]
-            (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
-                       if p.get("name") == "http"]  # fmt: skip
-            addresses = tmp_path / f"sim-{role}.addresses"
-            command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
-                       "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
-            processes.append(Process(command, tmp_path / f"sim-{role}.log"))
-            until(addresses.exists, 30, f"the simulated {role} leader")
-
-        with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
-        pod_monitor = next(
-            m
-            for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor))
-            if m["kind"] == "PodMonitor"
-        )
-        prometheus = localprometheus.Server(
-            tmp_path / "prometheus",
-            [
-                {
-                    "job_name": "nvlfleet-operator",
-                    "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
-                    "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-                },
-                pod_monitor_scrape_config(pod_monitor, flash_leaders),
-            ],
-        ).start()
-        server = prometheus
-
-        def returns_data(expr: str) -> bool:
-            try:
-                return bool(server.query(expr))
-            except localprometheus.QueryError:
-                return False
-
-        until(
-            lambda: returns_data(f'{names.REVENUE_PER_HOUR}{{serving="flash"}}'),
-            120,
-            "the operator's revenue gauge for flash in Prometheus",
-        )
-
-        # Every dashboard query, with the variables set as a user would (the live serving; on the operator
-        # dashboard both namespaces, as a multi-selection renders) and to Grafana's "All".
-        live = {"namespace": namespace, "serving": "flash", "role": ".*"}
-        both_namespaces = {"namespace": f"({namespace}|{quota_namespace})"}
-        everything = {"namespace": ".*", "serving": ".*", "role": ".*"}
-        queries = [
-            (f"{e.dashboard} / {e.panel}", dashboards.substitute(e.expr, values, RATE_INTERVAL))
-            for e in dashboards.promql_expressions()
-            for values in (
-                both_namespaces if e.dashboard == dashboards.operator_health().title else live,
-                everything,
-            )
-        ]
-        # Every alert: its signal has series, its full expression evaluates.
-        queries += [(f"alert {a.name} (signal)", a.signal) for a in alerts.all_alerts()]
-        deadline = time.monotonic() + 150  # rates, subqueries and status need a few scrapes and a minute boundary
-        empty = list(queries)
-        while empty and time.monotonic() < deadline:
-            empty = [(where, expr) for where, expr in empty if not returns_data(expr)]
-            if empty:
-                time.sleep(3)
-        for alert in alerts.all_alerts():
-            server.query(alert.expr)  # raises QueryError if Prometheus cannot evaluate it
-        assert empty == [], "queries without data:\n" + "\n".join(f"{where}: {expr}" for where, expr in empty)
+            simulated_leader(pod, tmp_path, until, started)
+        prometheus = scraping(flash, flash_leaders, metrics_port, tmp_path / "prometheus").start()
+        yield Chain(prometheus, namespace, quota_namespace, until)
     finally:
         for obj_ns, name in ((namespace, "flash"), (namespace, "dark"), (quota_namespace, "stuck")):
             try:
@@ -332,8 +279,89 @@ def test_every_dashboard_query_and_alert_signal_returns_data(
                     raise
         if prometheus is not None:
             prometheus.stop()
-        for process in reversed(processes):
-            process.stop()
+        for process in reversed(started):
+            process.stop(timeout=30)
+
+
+def simulated_leader(
+    pod: dict[str, Any], tmp_path: pathlib.Path, until: Callable[..., Any], started: list[processes.Child]
+) -> None:
+    """vLLM at a leader pod's address (the fleet's pod IPs are loopback addresses), added to ``started`` (to be
+    stopped whatever happens next) and listening when this returns."""
+    role = pod["metadata"]["labels"]["nvlfleet.io/role"]
+    (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
+               if p.get("name") == "http"]  # fmt: skip
+    addresses = tmp_path / f"sim-{role}.addresses"
+    command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
+               "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
+    started.append(child(command, tmp_path / f"sim-{role}.log"))
+    until(addresses.exists, 30, f"the simulated {role} leader")
+
+
+def scraping(
+    flash: dict[str, Any], leaders: list[dict[str, Any]], metrics_port: int, workdir: pathlib.Path
+) -> localprometheus.Server:
+    """Prometheus scraping the operator (as the chart's ServiceMonitor) and flash's leaders (as its PodMonitor)."""
+    with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
+    pod_monitor = next(
+        m for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor)) if m["kind"] == "PodMonitor"
+    )
+    return localprometheus.Server(
+        workdir,
+        [
+            {
+                "job_name": "nvlfleet-operator",
+                "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
+                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+            },
+            pod_monitor_scrape_config(pod_monitor, leaders),
+        ],
+    )
+
+
+def test_the_operators_revenue_gauge_reaches_prometheus(chain: Chain) -> None:
+    chain.until(
+        lambda: chain.returns_data(f'{dashboards.REVENUE_PER_HOUR}{{serving="flash"}}'),
+        120,
+        "the operator's revenue gauge for flash in Prometheus",
+    )
+
+
+def test_every_dashboard_query_returns_data_with_the_variables_a_user_sets(chain: Chain) -> None:
+    """The live serving; on the operator dashboard both namespaces, as a multi-selection renders."""
+    live = {"namespace": chain.namespace, "serving": "flash", "role": ".*"}
+    both_namespaces = {"namespace": f"({chain.namespace}|{chain.quota_namespace})"}
+    queries = [
+        (
+            f"{e.dashboard} / {e.panel}",
+            dashboards.substitute(
+                e.expr, both_namespaces if e.dashboard == dashboards.operator_health().title else live, RATE_INTERVAL
+            ),
+        )
+        for e in dashboards.promql_expressions()
+    ]
+    empty = chain.without_data(queries)
+    assert empty == "", "queries without data:\n" + empty
+
+
+def test_every_dashboard_query_returns_data_with_the_variables_set_to_all(chain: Chain) -> None:
+    everything = {"namespace": ".*", "serving": ".*", "role": ".*"}
+    queries = [
+        (f"{e.dashboard} / {e.panel}", dashboards.substitute(e.expr, everything, RATE_INTERVAL))
+        for e in dashboards.promql_expressions()
+    ]
+    empty = chain.without_data(queries)
+    assert empty == "", "queries without data:\n" + empty
+
+
+def test_every_alerts_signal_returns_data(chain: Chain) -> None:
+    empty = chain.without_data([(f"alert {a.name} (signal)", a.signal) for a in alerts.all_alerts()])
+    assert empty == "", "queries without data:\n" + empty
+
+
+def test_every_alerts_expression_evaluates(chain: Chain) -> None:
+    for alert in alerts.all_alerts():
+        chain.server.query(alert.expr)  # raises QueryError if Prometheus cannot evaluate it
 
 
 def test_the_podmonitor_translation_matches_prometheus_operator_conventions() -> None:

@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
-
-import servingbuilder as sb
 from localcluster import fleet as fleets
 
 from nvlfleet.api import models
 from nvlfleet.core import inventory, planner, render
+from support import servingbuilder as sb
 
 pytestmark = pytest.mark.integration
 

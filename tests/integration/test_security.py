@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import figures
 import pytest
-import servings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from support import figures, servings
 
 pytestmark = pytest.mark.integration
 

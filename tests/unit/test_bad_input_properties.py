@@ -10,15 +10,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import badinput
-import golden_cases
 import pytest
-import servingbuilder as sb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models
 from nvlfleet.core import render, validation
+from support import badinput, golden_cases
+from support import servingbuilder as sb
 
 FREE_TEXT_FLAGS = ["--root-path", "--chat-template", "--response-role", "--middleware", "--generation-config"]
 

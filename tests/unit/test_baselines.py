@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-import fleetbuilder as fb
+import baselines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.core import inventory, planner
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-
-import baselines
+from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
 GPUS_PER_NODE = 4

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import math
-import pathlib
-import sys
-
-import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
 
 import profiler
+import pytest
 import report
 
 

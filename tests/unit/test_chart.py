@@ -10,23 +10,20 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import kubernetes_validate
+import localprometheus
 import pytest
 import yaml
+from localcluster import binaries
 
 import nvlfleet
 from nvlfleet.artifacts import alerts, dashboards
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
-sys.path.insert(0, str(REPO / "cluster"))
-
-import localprometheus  # noqa: E402  (cluster/ is on PYTHONPATH under make; a bare pytest gets it here)
-from localcluster import binaries  # noqa: E402
 
 NAMESPACE = "nvlfleet-system"
 RELEASE = "fleet"

@@ -12,9 +12,9 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 from typing import Any
 
+import localprometheus
 import prometheus_client
 import pytest
 import yaml
@@ -31,9 +31,6 @@ from nvlfleet.sim import vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
-sys.path.insert(0, str(REPO / "cluster"))
-
-import localprometheus  # noqa: E402  (cluster/ is on PYTHONPATH under make; a bare pytest gets it here)
 
 NVLFLEET_NAME = re.compile(r"\bnvlfleet_[a-z0-9_]+\b")
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+\b")

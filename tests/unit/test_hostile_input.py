@@ -10,11 +10,11 @@ import pytest
 import yaml
 from kopf._cogs.clients import api as kopf_api
 from kopf._kits import webhooks as kopf_webhooks
-from servingbuilder import serving_dict as serving
 
 from nvlfleet.adapters import decoding, kube
 from nvlfleet.api import nesting
 from nvlfleet.core import validation
+from support.servingbuilder import serving_dict as serving
 
 
 def deep_json(levels: int, leaf: str = "1") -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import fleetbuilder as fb
 import pytest
 
 from nvlfleet.api import problems
 from nvlfleet.core import inventory
+from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
 H200 = inventory.NodeRequirements(gpu_product="NVIDIA-H200", gpus_per_node=8, scope="node")

@@ -9,12 +9,11 @@ import datetime
 import inspect
 from typing import Any
 
-import fleetbuilder as fb
-import servingbuilder as sb
-
 from nvlfleet.adapters import caches, main, operator
 from nvlfleet.adapters.config import Config
 from nvlfleet.core import reconciler
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
 
 
 def lws(name: str, replicas: int, version: str, uid: str = "uid-1", namespace: str = "team") -> dict[str, Any]:

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import fleetbuilder as fb
 import pytest
 import yaml
 
 from nvlfleet import cli
 from nvlfleet.core import inventory
+from support import fleetbuilder as fb
 
 NODES = fb.DATA / "nodes-gb200-4racks.yaml"
 TRAYS = 18

@@ -6,13 +6,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import fleetbuilder as fb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models
 from nvlfleet.core import inventory, planner
+from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
 H200 = inventory.NodeRequirements(gpu_product="NVIDIA-H200", gpus_per_node=8, scope="node")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from servingbuilder import serving
 
 from nvlfleet.api import policy
 from nvlfleet.core import privileges
+from support.servingbuilder import serving
 
 TOKEN = "hf_" + "a1B2c3D4e5" * 4
 

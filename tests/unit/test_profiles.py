@@ -6,13 +6,13 @@ import itertools
 from typing import Any
 
 import pytest
-import servingbuilder as sb
 from hypothesis import given
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, problems
 from nvlfleet.core import profile_data, profiles, settings, validation
 from nvlfleet.facts import facts, hardware
+from support import servingbuilder as sb
 
 DECODE = models.RoleName.DECODE
 PREFILL = models.RoleName.PREFILL

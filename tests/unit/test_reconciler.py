@@ -12,10 +12,9 @@ import dataclasses
 import datetime
 from typing import Any
 
-import fleetbuilder as fb
-import servingbuilder as sb
-
 from nvlfleet.core import inventory, planner, reconciler, render, validation
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)

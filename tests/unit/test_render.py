@@ -10,11 +10,9 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import golden_cases
 import jsonschema
 import kubernetes_validate
 import pytest
-import servingbuilder as sb
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +21,9 @@ from nvlfleet import cli
 from nvlfleet.api import models, policy, problems
 from nvlfleet.core import inventory, planner, profile_data, profiles, render, validation
 from nvlfleet.facts import facts, hardware
+from support import fleetbuilder as fb
+from support import golden_cases
+from support import servingbuilder as sb
 
 FACTS = facts.load("0.33.0")
 K8S_VERSION = "1.37.0"
@@ -546,7 +547,7 @@ def test_a_name_that_cannot_name_a_service_is_a_problem() -> None:
 
 
 EXAMPLE = ROOT / "examples/gb200-wide-ep-throughput.yaml"
-NODES = Path(__file__).parent / "data/nodes-gb200-4racks.yaml"
+NODES = fb.DATA / "nodes-gb200-4racks.yaml"
 
 
 def test_render_command_prints_unpinned_manifests_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,15 +18,15 @@ import datetime
 import json
 from typing import Any
 
-import badinput
-import fleetbuilder as fb
 import pytest
-import servingbuilder as sb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, problems
 from nvlfleet.core import reconciler, render, validation
+from support import badinput
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
 
 # Shaped like real credentials (these are not real ones): a Hugging Face token, an OpenAI-style key, a GitHub
 # token, an AWS access key id, a JWT.

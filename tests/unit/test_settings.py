@@ -8,11 +8,11 @@ from typing import Any
 
 import pydantic
 import pytest
-import servingbuilder as sb
 
 from nvlfleet.api import models
 from nvlfleet.core import profiles, settings
 from nvlfleet.facts import facts
+from support import servingbuilder as sb
 
 ROLE = settings.ROLE
 # A role's size and layout are topology, not tuning: validation and the planner read them directly.

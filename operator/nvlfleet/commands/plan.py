@@ -26,13 +26,12 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
-import yaml
 
 from nvlfleet.api import models, problems
+from nvlfleet.commands import inputs
 from nvlfleet.core import inventory, planner
 
 _T = TypeVar("_T")
@@ -202,27 +201,13 @@ def _documents(path: str) -> Iterator[tuple[str, str, object]]:
     ``file`` names the document when there are several: ``nodes.yaml (document 2)``.
     """
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise BadInput(f"{path}: not valid YAML{where}: {getattr(err, 'problem', None) or err}") from None
-    many = len(docs) > 1
-    for i, doc in enumerate(docs):
-        source = f"{path} (document {i + 1})" if many else path
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        if isinstance(kind, str) and kind.endswith("List"):
-            items = doc.get("items") if isinstance(doc, dict) else None
-            if not isinstance(items, list):
-                raise BadInput(f"{source}: items: a {kind} needs a list of items")
-            for j, item in enumerate(items):
-                yield source, f"items[{j}]", item
-        else:
-            yield source, "", doc
+        for found in inputs.objects(path):
+            kind = found.value.get("kind") if isinstance(found.value, dict) else None
+            if not found.at and isinstance(kind, str) and kind.endswith("List"):  # a List whose items are no list
+                raise BadInput(f"{found.source}: items: a {kind} needs a list of items")
+            yield found.source, found.at, found.value
+    except inputs.Unreadable as err:
+        raise BadInput(str(err)) from None
 
 
 def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:

@@ -18,12 +18,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from nvlfleet.api import models, problems
+from nvlfleet.commands import inputs
 from nvlfleet.core import inventory, planner, profiles, render, validation
 
 
@@ -106,24 +106,10 @@ def _key(serving: models.DeepSeekServing) -> inventory.ServingKey:
 def _documents(path: str) -> Iterator[tuple[str, object]]:
     """(where, object) for every YAML document, and every item of a List, in ``path``."""
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise BadInput(f"{path}: not valid YAML{where}: {getattr(err, 'problem', None) or err}") from None
-    for i, doc in enumerate(docs):
-        where = f"{path} (document {i + 1})" if len(docs) > 1 else path
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        items = doc.get("items") if isinstance(doc, dict) else None
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
-            for j, item in enumerate(items):
-                yield f"{where}: items[{j}]", item
-        else:
-            yield where, doc
+        for found in inputs.objects(path):
+            yield (f"{found.source}: {found.at}" if found.at else found.source), found.value
+    except inputs.Unreadable as err:
+        raise BadInput(str(err)) from None
 
 
 def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:

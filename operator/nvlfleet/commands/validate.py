@@ -19,13 +19,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import yaml
-
 from nvlfleet.api import models, policy, problems
-from nvlfleet.commands import policyflags
+from nvlfleet.commands import inputs, policyflags
 from nvlfleet.core import validation
-
-STDIN = "-"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,19 +51,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool, allowed: policy.Policy = policy.DEFAULT) -> int:
-    shown = "<stdin>" if name == STDIN else name
+    shown = inputs.shown(name)
     try:
-        text = sys.stdin.read() if name == STDIN else _read(name)
-    except OSError as error:
-        err.write(f"{shown}: cannot read: {error.strerror or error}\n")
-        return 1
-    except UnicodeDecodeError:
-        err.write(f"{shown}: cannot read: not UTF-8 text\n")
-        return 1
-    try:
-        documents = [d for d in yaml.safe_load_all(text)]
-    except yaml.YAMLError as error:
-        err.write(f"{shown}: not valid YAML: {_yaml_error(error)}\n")
+        documents = inputs.read(name)
+    except inputs.Unreadable as error:
+        err.write(f"{shown}: {error.reason or f'not valid YAML: {_yaml_error(error)}'}\n")
         return 1
     numbered = len(documents) > 1
     servings = errors = warned = 0
@@ -96,11 +84,6 @@ def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool, allowed:
     return 0
 
 
-def _read(name: str) -> str:
-    with open(name, encoding="utf-8") as handle:
-        return handle.read()
-
-
 def _is_serving(document: Any) -> bool:
     """A document meant as a DeepSeekServing: its kind or group says so (a misspelt kind is still checked)."""
     if not isinstance(document, Mapping):
@@ -122,7 +105,6 @@ def _as_warning(problem: problems.Problem) -> str:
     return f"{problem.path}: warning: {problem.message}" if problem.path else f"warning: {problem.message}"
 
 
-def _yaml_error(error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None)
-    what = getattr(error, "problem", None) or str(error).splitlines()[0]
-    return f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else str(what)
+def _yaml_error(error: inputs.Unreadable) -> str:
+    where = f" (line {error.line}, column {error.column})" if error.line is not None else ""
+    return f"{error.problem}{where}"

@@ -2,29 +2,26 @@
 
 Every ``DeepSeekServing`` in ``examples/*.yaml`` (rendered unpinned, as ``nvlfleet render -f`` without
 ``--nodes`` does) plus builder-made cases for the shapes of the vLLM README's validated examples, pinned to fixed
-clique values. The golden files are generated, never hand-edited: ``make golden`` (or
-``python tests/unit/golden_cases.py``) rewrites them, and ``test_render.py`` fails when rendering drifts from them.
+clique values. The golden files are generated, never hand-edited: ``make golden`` (``python -m
+support.golden_cases`` with ``tests/`` on PYTHONPATH) rewrites them, and ``test_render.py`` fails when rendering
+drifts from them.
 Review the diff of a regeneration like code: it is exactly what the operator would apply differently.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import servingbuilder as sb
-
 from nvlfleet.api import models
 from nvlfleet.core import render
+from support import servingbuilder as sb
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = ROOT / "tests" / "unit" / "golden"
 EXAMPLES = ROOT / "examples"
 
 Case = tuple[models.DeepSeekServing, Mapping[str, Mapping[str, int]] | None]

@@ -1,22 +1,22 @@
-"""``nvlfleet run`` as a child process of a test: started with a recorded PID, stopped by that PID only.
+"""``nvlfleet run`` beside the local cluster as a child process: started with a recorded PID, stopped by that PID.
 
-Used by the operator integration tests and by ``make compare-placement``. The process logs to a file the test
-names on failure; every listening port is on 127.0.0.1 and chosen free at start.
+Used by the operator integration tests (tests/integration/conftest.py's ``start_operator`` and the reliability
+tests) and by ``make compare-placement`` (bench/compare_placement.py). The process is a ``processes.Child``: it logs
+to a file the test names on failure; every listening port is on 127.0.0.1 and chosen free at start.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+
+from localcluster import processes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ class OperatorProcess:
         self.log = workdir / "operator.log"
         self.metrics_port = 0
         self.health_port = 0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child: processes.Child | None = None
 
     def start(self) -> OperatorProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -75,18 +75,17 @@ class OperatorProcess:
         ]
         if self.webhook:
             command += ["--webhook-port", str(free_port()), "--webhook-host", "127.0.0.1"]
-        with self.log.open("ab") as log:
-            log.write(f"\n==> {' '.join(command)}\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-            )
-        self.pid_file.write_text(str(self._process.pid))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._child = processes.Child(command, self.log, self.pid_file, cwd=REPO, env=env).start()
         return self
 
     @property
     def pid(self) -> int:
-        return int(self.pid_file.read_text())
+        """The recorded PID (it raises when none is recorded: a test must never signal a PID it guessed)."""
+        pid = processes.read_pid(self.pid_file)
+        if pid is None:
+            raise RuntimeError(f"no PID recorded in {self.pid_file}")
+        return pid
 
     def healthz(self) -> int | None:
         """The HTTP status of the process's /healthz (what a liveness probe sees), None when nothing answers."""
@@ -99,25 +98,12 @@ class OperatorProcess:
             return None
 
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child is not None and self._child.running()
 
     def stop(self, *, kill: bool = False, timeout: float = 20.0) -> int | None:
         """SIGTERM (or SIGKILL with ``kill``) to the recorded PID; returns the exit code."""
-        if self._process is None:
-            return None
-        if self._process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self._process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-                self._process.wait(timeout=timeout)
-        code = self._process.returncode
-        self._process = None
-        self.pid_file.unlink(missing_ok=True)
-        return code
+        child, self._child = self._child, None
+        return None if child is None else child.stop(kill=kill, timeout=timeout)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until kopf has run the start-up handlers and is still running a moment later, or fail naming the log."""
@@ -133,4 +119,4 @@ class OperatorProcess:
         raise RuntimeError(f"nvlfleet run did not start within {timeout:.0f}s; see {self.log}")
 
     def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+        return processes.tail(self.log, lines)
