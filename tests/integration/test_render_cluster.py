@@ -31,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
 import servingbuilder as sb
 from localcluster import fleet as fleets
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import inventory, planner, render
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def apply(cluster: Any, manifests: list[dict[str, Any]], *, dry_run: bool) -> su
 
 
 def in_namespace(path: pathlib.Path, namespace: str) -> list[models.DeepSeekServing]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == models.KIND]
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == names.KIND]
     for doc in docs:
         doc["metadata"]["namespace"] = namespace
     return [models.DeepSeekServing.model_validate(doc) for doc in docs]
@@ -86,7 +86,7 @@ def cluster_placement(
 
 
 def serving_pods(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
-    selector = f"{render.SERVING_LABEL}={name}"
+    selector = f"{names.SERVING_LABEL}={name}"
     return list(client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items)
 
 

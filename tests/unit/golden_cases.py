@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import servingbuilder as sb
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def builder_cases() -> dict[str, Case]:
 
 def example_cases() -> Iterator[tuple[str, Case]]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == models.KIND]
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == names.KIND]
         for i, doc in enumerate(docs):
             suffix = f"-{i + 1}" if len(docs) > 1 else ""
             yield f"example-{path.stem}{suffix}", (models.DeepSeekServing.model_validate(doc), None)

@@ -15,6 +15,7 @@ from typing import Any
 import fleetbuilder as fb
 import servingbuilder as sb
 
+from nvlfleet.api import names, reasons
 from nvlfleet.core import inventory, planner, reconciler, render, validation
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
@@ -29,7 +30,7 @@ def serving(uid: str = UID, generation: int = 1, **kwargs: Any) -> dict[str, Any
 
 
 def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
-    return condition(obj, reconciler.READY)
+    return condition(obj, reasons.READY)
 
 
 def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
@@ -92,7 +93,7 @@ class Cluster:
         """What LeaderWorkerSet, kube-scheduler and the kubelet would do: one pod per group member, bound in
         the LeaderWorkerSet's domain on free nodes."""
         taken = {p["spec"].get("nodeName") for p in self.pods}
-        self.pods = [p for p in self.pods if p["metadata"]["labels"].get(render.SERVING_LABEL) is None]
+        self.pods = [p for p in self.pods if p["metadata"]["labels"].get(names.SERVING_LABEL) is None]
         for lws in self.lws():
             domain = reconciler.lws_domain(lws, fb.CLIQUE_LABEL)
             free = [
@@ -115,8 +116,8 @@ def group_pod(lws: dict[str, Any], group: int, worker: int, node: str | None, re
         name,
         node,
         namespace=lws["metadata"]["namespace"],
-        serving=labels[render.SERVING_LABEL],
-        role=labels[render.ROLE_LABEL],
+        serving=labels[names.SERVING_LABEL],
+        role=labels[names.ROLE_LABEL],
         lws=lws["metadata"]["name"],
         group=group,
     )
@@ -155,9 +156,9 @@ def test_a_new_serving_becomes_a_compute_domain_a_leader_worker_set_and_a_servic
                 "blockOwnerDeletion": True,
             }
         ]
-        assert meta["labels"][reconciler.MANAGED_BY_LABEL] == "nvlfleet"
-        assert meta["labels"][reconciler.SERVING_LABEL] == "dsv41"
-        assert reconciler.APPLIED_HASH in meta["annotations"]
+        assert meta["labels"][names.MANAGED_BY_LABEL] == "nvlfleet"
+        assert meta["labels"][names.SERVING_LABEL] == "dsv41"
+        assert names.APPLIED_HASH_ANNOTATION in meta["annotations"]
     assert decision.delete == ()
     assert decision.creates == tuple(kinds_and_names(expected))
 
@@ -172,7 +173,7 @@ def test_groups_are_packed_into_one_rack_and_the_status_says_where() -> None:
     status = decision.status
     assert (status["observedGeneration"], status["placement"], status["ready"]) == (1, {"decode": {rack0: 2}}, "0/2")
     assert (status["readyGroups"], status["desiredGroups"], status["gpus"]) == (0, 2, 2 * 2 * 4)
-    placed = condition(status, reconciler.PLACED)
+    placed = condition(status, reasons.PLACED)
     assert (placed["status"], placed["reason"]) == ("True", "AllGroupsPlaced")
     assert inventory.short_domain(rack0) in placed["message"]
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [
@@ -202,7 +203,7 @@ def test_the_serving_turns_ready_when_every_group_pod_is_ready() -> None:
         "2026-11-30T12:05:00Z",
     )
     assert cluster.serving["status"]["ready"] == "2/2"
-    progressing = condition(cluster.serving["status"], reconciler.PROGRESSING)
+    progressing = condition(cluster.serving["status"], reasons.PROGRESSING)
     assert (progressing["status"], progressing["reason"]) == ("False", "Complete")
     assert ("Normal", "Ready") in [(e.type, e.reason) for e in decision.events]
 
@@ -354,7 +355,7 @@ def test_groups_that_spill_into_a_second_rack_get_their_own_leader_worker_set_an
 def test_only_children_with_the_labels_and_an_owner_reference_to_this_serving_are_ever_deleted() -> None:
     cluster = Cluster(serving(groups=1, nodes=2), two_racks())
     cluster.converge()
-    labels = {reconciler.MANAGED_BY_LABEL: "nvlfleet", reconciler.SERVING_LABEL: "dsv41"}
+    labels = {names.MANAGED_BY_LABEL: "nvlfleet", names.SERVING_LABEL: "dsv41"}
     someone_elses = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "look-alike", "labels": labels}}
     previous_owner = copy.deepcopy(someone_elses)
     previous_owner["metadata"]["name"] = "from-an-older-dsv41"
@@ -378,7 +379,7 @@ def test_a_compute_domain_whose_spec_changes_is_deleted_and_created_again_never_
     (cd_key,) = [k for k in cluster.children if k[0] == "ComputeDomain"]
     old = cluster.children[cd_key]
     old["spec"]["numNodes"] = 2  # as if an older nvlfleet had rendered another spec
-    old["metadata"]["annotations"][reconciler.SPEC_HASH] = "0000000000000000"
+    old["metadata"]["annotations"][names.SPEC_HASH_ANNOTATION] = "0000000000000000"
 
     first = cluster.reconcile()
     assert kinds_and_names(first.delete) == [cd_key]
@@ -405,7 +406,7 @@ def test_a_restart_mid_rollout_reads_the_placement_from_the_leader_worker_sets_n
     del cluster.serving["status"]  # the status write was lost when the operator died
     moved = render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(1))
     lws["metadata"]["name"] = moved
-    lws["metadata"]["annotations"][render.DOMAIN_VALUE_ANNOTATION] = fb.clique(1)
+    lws["metadata"]["annotations"][names.DOMAIN_VALUE_ANNOTATION] = fb.clique(1)
     cluster.children = {(k, n if k != "LeaderWorkerSet" else moved): v for (k, n), v in cluster.children.items()}
 
     decision = cluster.reconcile()
@@ -428,11 +429,11 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
     assert parsed is not None
     expected = planner.plan(inventory.from_objects(nodes), planner.demands(parsed))
     (role_plan,) = expected.roles
-    capacity = condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)
+    capacity = condition(decision.status, reasons.INSUFFICIENT_CAPACITY)
     assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")
     assert capacity["message"].startswith(role_plan.reasons[0])
     assert "needs 3 free nodes" in capacity["message"] and "largest free block is 2 nodes" in capacity["message"]
-    assert condition(decision.status, reconciler.PLACED)["status"] == "False"
+    assert condition(decision.status, reasons.PLACED)["status"] == "False"
     assert (ready_condition(decision.status)["reason"]) == "InsufficientCapacity"
     assert [o["kind"] for o in decision.apply] == ["Service"]  # nothing placed: no LeaderWorkerSet
     assert ("Warning", "InsufficientCapacity") in [(e.type, e.reason) for e in decision.events]
@@ -451,7 +452,7 @@ def test_another_servings_leader_worker_sets_hold_their_rack_even_before_their_p
     decision = loser.reconcile()
 
     assert decision.placement == {"decode": {}}
-    assert condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)["status"] == "True"
+    assert condition(decision.status, reasons.INSUFFICIENT_CAPACITY)["status"] == "True"
 
     winner.serving["spec"]["roles"]["decode"]["groups"] = 1
     winner.converge()
@@ -474,7 +475,7 @@ def test_a_group_whose_node_is_gone_is_degraded_and_named() -> None:
 
     decision = cluster.converge(T1)
 
-    degraded = condition(cluster.serving["status"], reconciler.DEGRADED)
+    degraded = condition(cluster.serving["status"], reasons.DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "GroupsUnhealthy")
     assert "decode group 1" in degraded["message"] and f"node {lost_node}, which is gone" in degraded["message"]
     assert "decode group 0" not in degraded["message"]
@@ -491,12 +492,12 @@ def test_a_crash_looping_pod_degrades_its_group_and_recovery_is_announced() -> N
     pod = cluster.pods[-1]
     pod["status"]["containerStatuses"] = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
     cluster.converge()
-    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "True"
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "True"
 
     del pod["status"]["containerStatuses"]
     decision = cluster.converge(T1)
 
-    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "False"
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "False"
     assert ("Normal", "Recovered") in [(e.type, e.reason) for e in decision.events]
 
 
@@ -535,7 +536,7 @@ def test_a_missing_leader_worker_set_api_is_a_condition_not_a_crash() -> None:
     ready = ready_condition(decision.status)
     assert (ready["status"], ready["reason"]) == ("False", "MissingPrerequisite")
     assert "leaderworkersets.leaderworkerset.x-k8s.io" in ready["message"]
-    assert condition(decision.status, reconciler.PLACED)["status"] == "Unknown"
+    assert condition(decision.status, reasons.PLACED)["status"] == "Unknown"
 
 
 def test_a_missing_compute_domain_api_matters_only_when_compute_domains_are_asked_for() -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvlfleet import cli
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, names, problems
 from nvlfleet.core import inventory, planner, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 
@@ -253,7 +253,7 @@ def test_rendering_never_raises_and_every_group_runs_each_dp_rank_once(
     manifests = render.render(serving, placement)
 
     for lws in kinds(manifests, "LeaderWorkerSet"):
-        role = models.RoleName(lws["metadata"]["labels"][render.ROLE_LABEL])
+        role = models.RoleName(lws["metadata"]["labels"][names.ROLE_LABEL])
         topology = models.role_topology(serving.spec.gpu, profiles.role_spec(serving.spec, role))
         assert lws["spec"]["leaderWorkerTemplate"]["size"] == topology.nodes_per_group
         assert sorted(dp_ranks(lws)) == list(range(topology.data))

@@ -14,25 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import alias_generators
 
+from nvlfleet.api import names
 from nvlfleet.facts import hardware
-
-GROUP = "nvlfleet.io"
-VERSION = "v1alpha1"
-API_VERSION: Final = "nvlfleet.io/v1alpha1"
-KIND: Final = "DeepSeekServing"
-PLURAL = "deepseekservings"
-SINGULAR = "deepseekserving"
-SHORT_NAMES = ["dss"]
-CATEGORIES = ["nvlfleet"]
 
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_SPECULATIVE_TOKENS = 3
-DEFAULT_DOMAIN_LABEL = "nvidia.com/gpu.clique"
 DEFAULT_MIN_BATCH = 8
 DEFAULT_MAX_BATCH = 256
 
@@ -430,7 +421,7 @@ class PlacementSpec(_Model):
             max_length=317,
             pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         ),
-    ] = DEFAULT_DOMAIN_LABEL
+    ] = names.DEFAULT_DOMAIN_LABEL
     strategy: Annotated[
         Literal["pack", "spread"],
         pydantic.Field(
@@ -921,8 +912,9 @@ class DeepSeekServing(_Model):
 
     model_config = pydantic.ConfigDict(extra="ignore", alias_generator=alias_generators.to_camel, populate_by_name=True)
 
-    api_version: Annotated[Literal["nvlfleet.io/v1alpha1"], pydantic.Field(alias="apiVersion")] = API_VERSION
-    kind: Literal["DeepSeekServing"] = KIND
+    # A Literal takes no constant: these spell names.API_VERSION and names.KIND (mypy checks the defaults match).
+    api_version: Annotated[Literal["nvlfleet.io/v1alpha1"], pydantic.Field(alias="apiVersion")] = names.API_VERSION
+    kind: Literal["DeepSeekServing"] = names.KIND
     metadata: ObjectMeta = pydantic.Field(default_factory=ObjectMeta)
     spec: DeepSeekServingSpec
     status: DeepSeekServingStatus | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nvlfleet.api import reasons
 from nvlfleet.artifacts import dashboards
 
 # Metric names are shared with the dashboards (one list, checked against telemetry by the tests), plus the status
@@ -108,7 +109,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetServingNotReady",
-            signal=f'{SERVING_CONDITION}{{condition="Ready"}}',
+            signal=f'{SERVING_CONDITION}{{condition="{reasons.READY}"}}',
             condition="== 0",
             for_="45m",
             severity="critical",
@@ -121,7 +122,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetGroupUnplaceable",
-            signal=f'{SERVING_CONDITION}{{condition="Placed"}}',
+            signal=f'{SERVING_CONDITION}{{condition="{reasons.PLACED}"}}',
             condition="== 0",
             for_="10m",
             severity="warning",

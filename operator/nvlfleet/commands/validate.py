@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from nvlfleet.api import models
+from nvlfleet.api import names
 from nvlfleet.core import validation
 
 STDIN = "-"
@@ -79,7 +79,7 @@ def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool) -> int:
         errors += len(review.errors)
         warned += len(review.warnings)
     if servings == 0:
-        err.write(f"{shown}: no {models.KIND} found (kind: {models.KIND}, apiVersion: {models.API_VERSION})\n")
+        err.write(f"{shown}: no {names.KIND} found (kind: {names.KIND}, apiVersion: {names.API_VERSION})\n")
         return 1
     if errors:
         return 1
@@ -100,7 +100,7 @@ def _is_serving(document: Any) -> bool:
         return True  # validation explains what a serving must look like
     kind = str(document.get("kind", ""))
     api_version = str(document.get("apiVersion", ""))
-    return kind.lower() == models.KIND.lower() or api_version.startswith(f"{models.GROUP}/") or not kind
+    return kind.lower() == names.KIND.lower() or api_version.startswith(f"{names.GROUP}/") or not kind
 
 
 def _name(document: Any) -> str:

@@ -47,7 +47,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import inventory
 from nvlfleet.facts import hardware
 
@@ -509,7 +509,7 @@ class _Book:
                 busy += 1
         if total == 0:
             have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
-            return f"no node has {inventory.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
+            return f"no node has {names.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
         slots = [self.slots[k] for k in self.scope_keys[req.scope]]
         free = sum(slot.free_for.get(cls, 0) for slot in slots)
         left = sum(max(0, self.capacity(slot, cls)) for slot in slots)

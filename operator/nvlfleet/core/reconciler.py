@@ -43,47 +43,27 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, names, ownership, problems, reasons
 from nvlfleet.core import inventory, planner, render, validation
 from nvlfleet.facts import hardware
 
-MANAGED_BY_LABEL = render.MANAGED_BY_LABEL
-MANAGED_BY = render.MANAGED_BY
-SERVING_LABEL = render.SERVING_LABEL
-ROLE_LABEL = render.ROLE_LABEL
-APPLIED_HASH = "nvlfleet.io/applied-hash"
-SPEC_HASH = "nvlfleet.io/spec-hash"
-
-LWS_API_VERSION = render.LWS_API_VERSION
-LWS_KIND = "LeaderWorkerSet"
-LWS_NAME_LABEL = inventory.LWS_NAME_LABEL
-LWS_GROUP_INDEX_LABEL = inventory.LWS_GROUP_INDEX_LABEL
-COMPUTE_DOMAIN_KIND = "ComputeDomain"
-
 # The API each child kind needs, with the sentence that tells a person what to install.
 PREREQUISITES: Mapping[str, str] = {
-    LWS_KIND: (
-        "the LeaderWorkerSet API (leaderworkersets.leaderworkerset.x-k8s.io/v1) is not installed; install the "
-        "LeaderWorkerSet controller (https://lws.sigs.k8s.io) — every engine group runs as one of its replicas"
+    names.LEADER_WORKER_SET.kind: (
+        f"the LeaderWorkerSet API ({names.LEADER_WORKER_SET.crd_name}/{names.LEADER_WORKER_SET.version}) is not "
+        "installed; install the LeaderWorkerSet controller (https://lws.sigs.k8s.io) — every engine group runs as "
+        "one of its replicas"
     ),
-    COMPUTE_DOMAIN_KIND: (
-        "the ComputeDomain API (computedomains.resource.nvidia.com/v1beta1) is not installed; install the NVIDIA "
-        "DRA driver for GPUs with ComputeDomains, or set spec.placement.computeDomain: false"
+    names.COMPUTE_DOMAIN.kind: (
+        f"the ComputeDomain API ({names.COMPUTE_DOMAIN.crd_name}/{names.COMPUTE_DOMAIN.version}) is not installed; "
+        "install the NVIDIA DRA driver for GPUs with ComputeDomains, or set spec.placement.computeDomain: false"
     ),
-    "PodMonitor": (
-        "the PodMonitor API (podmonitors.monitoring.coreos.com/v1) is not installed; install the Prometheus "
-        "Operator CRDs, or set spec.monitoring.podMonitor: false"
+    names.POD_MONITOR.kind: (
+        f"the PodMonitor API ({names.POD_MONITOR.crd_name}/{names.POD_MONITOR.version}) is not installed; install "
+        "the Prometheus Operator CRDs, or set spec.monitoring.podMonitor: false"
     ),
 }
 
-READY, PLACED, PROGRESSING, DEGRADED, INSUFFICIENT_CAPACITY = (
-    "Ready",
-    "Placed",
-    "Progressing",
-    "Degraded",
-    "InsufficientCapacity",
-)
-CONDITION_TYPES = (READY, PLACED, PROGRESSING, DEGRADED, INSUFFICIENT_CAPACITY)
 # Status keys the reconciler owns; the telemetry fields (tokensPerSecond, ...) are written elsewhere.
 STATUS_KEYS = ("observedGeneration", "conditions", "placement", "ready", "readyGroups", "desiredGroups", "gpus")
 
@@ -118,7 +98,7 @@ class Snapshot:
     nodes: Sequence[Mapping[str, Any] | inventory.Node] = ()
     pods: Sequence[Mapping[str, Any]] = ()
     fleet: Sequence[Mapping[str, Any]] = ()
-    served: frozenset[str] = frozenset({LWS_KIND, COMPUTE_DOMAIN_KIND, "PodMonitor"})
+    served: frozenset[str] = frozenset(PREREQUISITES)
     foreign: Sequence[Mapping[str, Any]] = ()
     bound: Sequence[inventory.GpuPod] | None = None
     view: FleetView | None = None
@@ -187,15 +167,15 @@ def reconcile(snap: Snapshot) -> Decision:
     serving = review.serving
     if serving is None or review.errors:
         message = "the spec is invalid, nothing was changed: " + _join(review.errors)
-        return _frozen(snap, before, "InvalidSpec", message)
+        return _frozen(snap, before, reasons.INVALID_SPEC, message)
     missing = [PREREQUISITES[k] for k in _needed_kinds(serving.spec) if k not in snap.served]
     if missing:
-        return _frozen(snap, before, "MissingPrerequisite", "; ".join(missing))
+        return _frozen(snap, before, reasons.MISSING_PREREQUISITE, "; ".join(missing))
 
     key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
     uid = serving.metadata.uid or ""
-    owned = [c for c in snap.children if is_child_of(c, key.name, uid)]
-    own_sets = [c for c in owned if c.get("kind") == LWS_KIND]
+    owned = [c for c in snap.children if ownership.is_child_of(c, key.name, uid)]
+    own_sets = [c for c in owned if c.get("kind") == names.LEADER_WORKER_SET.kind]
     domain_label = serving.spec.placement.domain_label
 
     try:
@@ -209,11 +189,13 @@ def reconcile(snap: Snapshot) -> Decision:
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
     except problems.InvalidSpec as err:
-        return _frozen(snap, before, "InvalidSpec", "the spec cannot be rendered, nothing was changed: " + str(err))
+        return _frozen(
+            snap, before, reasons.INVALID_SPEC, "the spec cannot be rendered, nothing was changed: " + str(err)
+        )
 
     conflicts = _conflicts(desired, snap.foreign)
     if conflicts:
-        return _frozen(snap, before, "NameConflict", "; ".join(conflicts))
+        return _frozen(snap, before, reasons.NAME_CONFLICT, "; ".join(conflicts))
 
     changes = _diff(desired, owned)
     health = _health(serving, desired, snap, inv, plan)
@@ -221,7 +203,7 @@ def reconcile(snap: Snapshot) -> Decision:
     events = [*changes.events(), *_status_events(before, status)]
     if review.warnings and before.get("observedGeneration") != serving.metadata.generation:
         # Accepted but will run badly (validation's warnings): said once per generation.
-        events.append(Event("Warning", "SpecWarning", _join(review.warnings)))
+        events.append(Event("Warning", reasons.SPEC_WARNING, _join(review.warnings)))
     return Decision(
         apply=tuple(changes.apply),
         delete=tuple(changes.delete),
@@ -236,29 +218,16 @@ def reconcile(snap: Snapshot) -> Decision:
     )
 
 
-def is_child_of(obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> bool:
-    """nvlfleet's managed-by and serving labels *and* a controller owner reference to the serving's uid."""
-    meta = _as_mapping(obj.get("metadata"))
-    labels = _as_mapping(meta.get("labels"))
-    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(SERVING_LABEL) != serving_name:
-        return False
-    return bool(serving_uid) and any(
-        ref.get("uid") == serving_uid and ref.get("kind") == models.KIND and ref.get("controller") is True
-        for ref in meta.get("ownerReferences") or []
-        if isinstance(ref, Mapping)
-    )
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Parsing and checking
 
 
 def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:
-    kinds = [LWS_KIND]
+    kinds = [names.LEADER_WORKER_SET.kind]
     if spec.placement.compute_domain and hardware.generation(spec.gpu.value).multi_node_nvlink:
-        kinds.append(COMPUTE_DOMAIN_KIND)
+        kinds.append(names.COMPUTE_DOMAIN.kind)
     if spec.monitoring.pod_monitor:
-        kinds.append("PodMonitor")
+        kinds.append(names.POD_MONITOR.kind)
     return kinds
 
 
@@ -286,7 +255,7 @@ def lws_domain(lws: Mapping[str, Any], domain_label: str) -> str | None:
     """The NVLink domain a LeaderWorkerSet is pinned to: render's ``nvlfleet.io/domain-value`` annotation, else
     the one value its required node affinity demands for ``domain_label`` (or the hostname, where NVLink stops at
     the node). None for an unpinned LeaderWorkerSet."""
-    value = _as_mapping(_as_mapping(lws.get("metadata")).get("annotations")).get(render.DOMAIN_VALUE_ANNOTATION)
+    value = _as_mapping(_as_mapping(lws.get("metadata")).get("annotations")).get(names.DOMAIN_VALUE_ANNOTATION)
     if isinstance(value, str) and value:
         return value
     spec = _as_mapping(_as_mapping(lws.get("spec")).get("leaderWorkerTemplate"))
@@ -299,13 +268,13 @@ def lws_domain(lws: Mapping[str, Any], domain_label: str) -> str | None:
                 expr = _as_mapping(expr)
                 values = expr.get("values") or []
                 if (
-                    expr.get("key") in (domain_label, inventory.HOSTNAME_LABEL)
+                    expr.get("key") in (domain_label, names.HOSTNAME_LABEL)
                     and expr.get("operator") == "In"
                     and len(values) == 1
                 ):
                     return str(values[0])
         selector = _as_mapping(pod_spec.get("nodeSelector"))
-        for label in (domain_label, inventory.HOSTNAME_LABEL):
+        for label in (domain_label, names.HOSTNAME_LABEL):
             if isinstance(selector.get(label), str):
                 return str(selector[label])
     return None
@@ -326,7 +295,7 @@ def _placements_of(
     roles = {role.value: spec for role, spec in serving.spec.roles_present()}
     groups: dict[str, dict[str, int]] = {}
     for lws in own_sets:
-        role = _as_mapping(_as_mapping(lws.get("metadata")).get("labels")).get(ROLE_LABEL)
+        role = _as_mapping(_as_mapping(lws.get("metadata")).get("labels")).get(names.ROLE_LABEL)
         domain = lws_domain(lws, label)
         if role not in roles or domain is None:
             continue
@@ -361,8 +330,12 @@ def _held(fleet: Iterable[Mapping[str, Any]], label: str) -> list[planner.Placem
     for lws in fleet:
         meta = _as_mapping(lws.get("metadata"))
         labels = _as_mapping(meta.get("labels"))
-        name, role = labels.get(SERVING_LABEL), labels.get(ROLE_LABEL)
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or not isinstance(name, str) or not isinstance(role, str):
+        name, role = labels.get(names.SERVING_LABEL), labels.get(names.ROLE_LABEL)
+        if (
+            labels.get(names.MANAGED_BY_LABEL) != names.MANAGED_BY
+            or not isinstance(name, str)
+            or not isinstance(role, str)
+        ):
             continue
         owner = inventory.RoleKey(inventory.ServingKey(str(meta.get("namespace", "default")), name), role)
         domain = lws_domain(lws, label)
@@ -386,22 +359,21 @@ def _owned_copy(obj: Mapping[str, Any], serving: models.DeepSeekServing) -> dict
     child: dict[str, Any] = json.loads(json.dumps(obj))  # a deep copy of plain JSON data
     meta = child.setdefault("metadata", {})
     meta.setdefault("namespace", serving.metadata.namespace)
-    meta["labels"] = {**meta.get("labels", {}), MANAGED_BY_LABEL: MANAGED_BY, SERVING_LABEL: serving.metadata.name}
-    meta["ownerReferences"] = [
-        {
-            "apiVersion": models.API_VERSION,
-            "kind": models.KIND,
-            "name": serving.metadata.name,
-            "uid": serving.metadata.uid or "",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-    annotations = {k: v for k, v in meta.get("annotations", {}).items() if k not in (APPLIED_HASH, SPEC_HASH)}
-    if child.get("kind") == COMPUTE_DOMAIN_KIND:
-        annotations[SPEC_HASH] = _hash(child.get("spec"))
+    meta["labels"] = {
+        **meta.get("labels", {}),
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
+        names.SERVING_LABEL: serving.metadata.name,
+    }
+    meta["ownerReferences"] = [ownership.owner_reference(serving.metadata.name, serving.metadata.uid or "")]
+    annotations = {
+        k: v
+        for k, v in meta.get("annotations", {}).items()
+        if k not in (names.APPLIED_HASH_ANNOTATION, names.SPEC_HASH_ANNOTATION)
+    }
+    if child.get("kind") == names.COMPUTE_DOMAIN.kind:
+        annotations[names.SPEC_HASH_ANNOTATION] = _hash(child.get("spec"))
     meta["annotations"] = annotations
-    annotations[APPLIED_HASH] = _hash(child)
+    annotations[names.APPLIED_HASH_ANNOTATION] = _hash(child)
     return child
 
 
@@ -444,17 +416,17 @@ class _Changes:
         if self.creates or self.updates:
             parts = [f"created {_names(self.creates)}"] if self.creates else []
             parts += [f"updated {_names(self.updates)}"] if self.updates else []
-            out.append(Event("Normal", "Applied", "; ".join(parts)))
+            out.append(Event("Normal", reasons.APPLIED, "; ".join(parts)))
         if self.recreates:
             out.append(
                 Event(
                     "Normal",
-                    "Recreating",
+                    reasons.RECREATING,
                     f"deleted {_names(self.recreates)} to recreate it: a ComputeDomain spec is immutable",
                 )
             )
         if self.pruned:
-            out.append(Event("Normal", "Pruned", f"deleted {_names(self.pruned)}: no longer part of the plan"))
+            out.append(Event("Normal", reasons.PRUNED, f"deleted {_names(self.pruned)}: no longer part of the plan"))
         return out
 
 
@@ -470,7 +442,7 @@ def _diff(desired: Sequence[dict[str, Any]], owned: Sequence[Mapping[str, Any]])
             changes.creates.append(ident)
         elif _as_mapping(old.get("metadata")).get("deletionTimestamp"):
             changes.waiting = True  # being deleted (a ComputeDomain being recreated): create it once it is gone
-        elif ident[0] == COMPUTE_DOMAIN_KIND and _spec_changed(want, old):
+        elif ident[0] == names.COMPUTE_DOMAIN.kind and _spec_changed(want, old):
             changes.delete.append(old)
             changes.recreates.append(ident)
             changes.waiting = True
@@ -485,7 +457,7 @@ def _diff(desired: Sequence[dict[str, Any]], owned: Sequence[Mapping[str, Any]])
 
 
 def _spec_changed(want: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    recorded = _as_mapping(_as_mapping(old.get("metadata")).get("annotations")).get(SPEC_HASH)
+    recorded = _as_mapping(_as_mapping(old.get("metadata")).get("annotations")).get(names.SPEC_HASH_ANNOTATION)
     if recorded is not None:
         return bool(recorded != _hash(want.get("spec")))
     return not contains(want.get("spec"), old.get("spec"))
@@ -527,13 +499,13 @@ def _health(
     for pod in snap.pods:
         meta = _as_mapping(pod.get("metadata"))
         labels = _as_mapping(meta.get("labels"))
-        if meta.get("namespace", "default") != namespace or labels.get(SERVING_LABEL) != name:
+        if meta.get("namespace", "default") != namespace or labels.get(names.SERVING_LABEL) != name:
             continue
         if meta.get("deletionTimestamp"):
             continue
-        group = (str(labels.get(LWS_NAME_LABEL)), str(labels.get(LWS_GROUP_INDEX_LABEL)))
+        group = (str(labels.get(names.LWS_NAME_LABEL)), str(labels.get(names.LWS_GROUP_INDEX_LABEL)))
         pods.setdefault(group, []).append(pod)
-    observed_sets = {_ident(c)[1]: c for c in snap.children if c.get("kind") == LWS_KIND}
+    observed_sets = {_ident(c)[1]: c for c in snap.children if c.get("kind") == names.LEADER_WORKER_SET.kind}
     short = {d.key: d.short for d in plan.domains if d.short > 0}
 
     ready = placed = 0
@@ -541,10 +513,10 @@ def _health(
     not_ready: list[str] = []
     hurt: list[str] = []
     for lws in desired:
-        if lws.get("kind") != LWS_KIND:
+        if lws.get("kind") != names.LEADER_WORKER_SET.kind:
             continue
         lws_name = _ident(lws)[1]
-        role = str(_as_mapping(_as_mapping(lws.get("metadata")).get("labels")).get(ROLE_LABEL, "engine"))
+        role = str(_as_mapping(_as_mapping(lws.get("metadata")).get("labels")).get(names.ROLE_LABEL, "engine"))
         domain = lws_domain(lws, label) or "unpinned"
         where = f"{role} in domain {inventory.short_domain(domain)}"
         replicas, size = _lws_groups(lws)
@@ -642,29 +614,43 @@ def _status(
     conds: dict[str, tuple[Status, str, str]] = {}
     if unplaced:
         text = "; ".join(capacity) + (f" ({fleet_note})" if fleet_note else "")
-        conds[PLACED] = ("False", "InsufficientCapacity", f"{placed}/{desired} groups placed: {placed_text}")
-        conds[INSUFFICIENT_CAPACITY] = ("True", "NotEnoughFreeNodes", text)
+        conds[reasons.PLACED] = (
+            "False",
+            reasons.INSUFFICIENT_CAPACITY,
+            f"{placed}/{desired} groups placed: {placed_text}",
+        )
+        conds[reasons.INSUFFICIENT_CAPACITY] = ("True", reasons.NOT_ENOUGH_FREE_NODES, text)
     else:
-        conds[PLACED] = ("True", "AllGroupsPlaced", placed_text)
-        conds[INSUFFICIENT_CAPACITY] = ("False", "Fits", f"every group fits: {_n(desired, 'group')} placed")
+        conds[reasons.PLACED] = ("True", reasons.ALL_GROUPS_PLACED, placed_text)
+        conds[reasons.INSUFFICIENT_CAPACITY] = (
+            "False",
+            reasons.FITS,
+            f"every group fits: {_n(desired, 'group')} placed",
+        )
     if health.hurt:
-        conds[DEGRADED] = ("True", "GroupsUnhealthy", "; ".join(health.hurt))
+        conds[reasons.DEGRADED] = ("True", reasons.GROUPS_UNHEALTHY, "; ".join(health.hurt))
     else:
-        conds[DEGRADED] = ("False", "Healthy", "no group has lost a node or crashed")
+        conds[reasons.DEGRADED] = ("False", reasons.HEALTHY, "no group has lost a node or crashed")
     busy = bool(changes.apply or changes.delete or changes.waiting)
     if busy or health.rolling or ready < placed:
         detail = [*health.rolling, *health.not_ready] or ["applying the children"]
-        reason = "RollingUpdate" if health.rolling else ("Applying" if busy else "WaitingForGroups")
-        conds[PROGRESSING] = ("True", reason, f"{ready}/{placed} placed groups ready; " + "; ".join(detail))
+        reason = (
+            reasons.ROLLING_UPDATE if health.rolling else (reasons.APPLYING if busy else reasons.WAITING_FOR_GROUPS)
+        )
+        conds[reasons.PROGRESSING] = ("True", reason, f"{ready}/{placed} placed groups ready; " + "; ".join(detail))
     else:
         tail = f"; {_n(unplaced, 'group')} wait for capacity" if unplaced else ""
-        conds[PROGRESSING] = ("False", "Complete", f"all {_n(placed, 'placed group')} ready{tail}")
+        conds[reasons.PROGRESSING] = ("False", reasons.COMPLETE, f"all {_n(placed, 'placed group')} ready{tail}")
     if ready == desired:
-        reason = "AllGroupsReady" if desired else "ScaledToZero"
-        conds[READY] = ("True", reason, f"{ready}/{desired} groups ready, {gpus} GPUs")
+        reason = reasons.ALL_GROUPS_READY if desired else reasons.SCALED_TO_ZERO
+        conds[reasons.READY] = ("True", reason, f"{ready}/{desired} groups ready, {gpus} GPUs")
     else:
-        reason = "InsufficientCapacity" if unplaced else ("Degraded" if health.hurt else "GroupsNotReady")
-        conds[READY] = ("False", reason, f"{ready}/{desired} groups ready")
+        reason = (
+            reasons.INSUFFICIENT_CAPACITY
+            if unplaced
+            else (reasons.DEGRADED if health.hurt else reasons.GROUPS_NOT_READY)
+        )
+        conds[reasons.READY] = ("False", reason, f"{ready}/{desired} groups ready")
 
     return {
         "observedGeneration": generation,
@@ -689,10 +675,10 @@ def _frozen(snap: Snapshot, before: Mapping[str, Any], reason: str, message: str
     generation = _as_mapping(snap.serving.get("metadata")).get("generation")
     previous = {c.get("type"): c for c in _old_conditions(before)}
     conds: dict[str, tuple[Status, str, str]] = {
-        READY: ("False", reason, message),
-        PROGRESSING: ("False", reason, "the fleet is left as it is until this is fixed"),
+        reasons.READY: ("False", reason, message),
+        reasons.PROGRESSING: ("False", reason, "the fleet is left as it is until this is fixed"),
     }
-    for ctype in (PLACED, DEGRADED, INSUFFICIENT_CAPACITY):
+    for ctype in (reasons.PLACED, reasons.DEGRADED, reasons.INSUFFICIENT_CAPACITY):
         old = previous.get(ctype)
         if old is not None:
             conds[ctype] = (old.get("status", "Unknown"), old.get("reason", ""), old.get("message", ""))
@@ -720,7 +706,7 @@ def _conditions(
     previous = {c.get("type"): c for c in _old_conditions(before)}
     stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = []
-    for ctype in CONDITION_TYPES:
+    for ctype in reasons.CONDITION_TYPES:
         status, reason, message = conds[ctype]
         old = previous.get(ctype)
         keep = old is not None and old.get("status") == status and old.get("lastTransitionTime")
@@ -753,18 +739,18 @@ def _status_events(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
 
     placement = after.get("placement")
     if placement and placement != before.get("placement"):
-        out.append(Event("Normal", "Placed", new[PLACED]["message"]))
-    ready = new[READY]
-    if ready["reason"] in ("InvalidSpec", "MissingPrerequisite", "NameConflict") and said(READY):
+        out.append(Event("Normal", reasons.PLACED, new[reasons.PLACED]["message"]))
+    ready = new[reasons.READY]
+    if ready["reason"] in reasons.FREEZES and said(reasons.READY):
         out.append(Event("Warning", ready["reason"], ready["message"]))
-    if new[INSUFFICIENT_CAPACITY]["status"] == "True" and said(INSUFFICIENT_CAPACITY):
-        out.append(Event("Warning", INSUFFICIENT_CAPACITY, new[INSUFFICIENT_CAPACITY]["message"]))
-    if new[DEGRADED]["status"] == "True" and said(DEGRADED):
-        out.append(Event("Warning", DEGRADED, new[DEGRADED]["message"]))
-    if new[DEGRADED]["status"] == "False" and (old.get(DEGRADED) or {}).get("status") == "True":
-        out.append(Event("Normal", "Recovered", "every placed group is healthy again"))
-    if ready["status"] == "True" and turned(READY):
-        out.append(Event("Normal", READY, ready["message"]))
+    if new[reasons.INSUFFICIENT_CAPACITY]["status"] == "True" and said(reasons.INSUFFICIENT_CAPACITY):
+        out.append(Event("Warning", reasons.INSUFFICIENT_CAPACITY, new[reasons.INSUFFICIENT_CAPACITY]["message"]))
+    if new[reasons.DEGRADED]["status"] == "True" and said(reasons.DEGRADED):
+        out.append(Event("Warning", reasons.DEGRADED, new[reasons.DEGRADED]["message"]))
+    if new[reasons.DEGRADED]["status"] == "False" and (old.get(reasons.DEGRADED) or {}).get("status") == "True":
+        out.append(Event("Normal", reasons.RECOVERED, "every placed group is healthy again"))
+    if ready["status"] == "True" and turned(reasons.READY):
+        out.append(Event("Normal", reasons.READY, ready["message"]))
     return out
 
 

@@ -99,33 +99,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nvlfleet.api import models, problems
-from nvlfleet.core import inventory, profiles
+from nvlfleet.api import models, names, problems
+from nvlfleet.core import profiles
 from nvlfleet.facts import facts, hardware
 
 Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
 Manifest = dict[str, Any]
 
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
-POD_MONITOR_API_VERSION = "monitoring.coreos.com/v1"
-
-SERVING_LABEL = inventory.SERVING_LABEL
-ROLE_LABEL = inventory.ROLE_LABEL
-DOMAIN_LABEL = "nvlfleet.io/domain"
-DOMAIN_VALUE_ANNOTATION = "nvlfleet.io/domain-value"
-PROFILE_ANNOTATION = "nvlfleet.io/profile"
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "nvlfleet"
-APP_NAME = "vllm"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
-PRODUCT_LABEL = inventory.PRODUCT_LABEL
-HOSTNAME_LABEL = inventory.HOSTNAME_LABEL
-GPU_RESOURCE = inventory.GPU_RESOURCE
+APP_NAME = "vllm"  # the app.kubernetes.io/name of every child
 
 UNPINNED = "unpinned"  # the domain part of an unpinned LeaderWorkerSet's name and nvlfleet.io/domain label
 LWS_NAME_BUDGET = 48  # see the module docstring
@@ -147,7 +128,6 @@ WORKER_LAUNCHER = (
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_RESERVED_LABEL_PREFIXES = ("nvlfleet.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,23 +170,23 @@ def channel_template_name(lws: str) -> str:
 
 def selector_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
     """Labels that identify a serving's objects (and one role's, when given)."""
-    labels = {SERVING_LABEL: serving.metadata.name}
+    labels = {names.SERVING_LABEL: serving.metadata.name}
     if role is not None:
-        labels[ROLE_LABEL] = role.value
+        labels[names.ROLE_LABEL] = role.value
     return labels
 
 
 def _labels(serving: models.DeepSeekServing, role: models.RoleName | None, domain: str | None = "") -> dict[str, str]:
     labels = {
-        NAME_LABEL: APP_NAME,
-        INSTANCE_LABEL: serving.metadata.name,
-        MANAGED_BY_LABEL: MANAGED_BY,
+        names.NAME_LABEL: APP_NAME,
+        names.INSTANCE_LABEL: serving.metadata.name,
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
     }
     if role is not None:
-        labels[COMPONENT_LABEL] = role.value
+        labels[names.COMPONENT_LABEL] = role.value
     labels.update(selector_labels(serving, role))
     if domain != "":
-        labels[DOMAIN_LABEL] = domain_id(domain)
+        labels[names.DOMAIN_LABEL] = domain_id(domain)
     return labels
 
 
@@ -434,7 +414,7 @@ def _volumes(serving: models.DeepSeekServing) -> tuple[list[dict[str, Any]], lis
 
 def _resources(serving: models.DeepSeekServing, tuning: profiles.Tuning, claim: bool) -> dict[str, Any]:
     user = serving.spec.pod.resources or {}
-    limits = {GPU_RESOURCE: str(tuning.topology.gpus_per_node), **user.get("limits", {})}
+    limits = {names.GPU_RESOURCE: str(tuning.topology.gpus_per_node), **user.get("limits", {})}
     resources: dict[str, Any] = {"limits": limits}
     if user.get("requests"):
         resources["requests"] = dict(user["requests"])
@@ -457,13 +437,13 @@ def _affinity(
 ) -> dict[str, Any]:
     spec = serving.spec
     gen = hardware.generation(spec.gpu.value)
-    domain_key = spec.placement.domain_label if gen.multi_node_nvlink else HOSTNAME_LABEL
+    domain_key = spec.placement.domain_label if gen.multi_node_nvlink else names.HOSTNAME_LABEL
     terms: list[dict[str, Any]] = []
     if domain is not None:
         terms.append({"key": domain_key, "operator": "In", "values": [domain]})
     elif gen.multi_node_nvlink:
         terms.append({"key": domain_key, "operator": "Exists"})
-    terms.append({"key": PRODUCT_LABEL, "operator": "In", "values": [gen.product]})
+    terms.append({"key": names.PRODUCT_LABEL, "operator": "In", "values": [gen.product]})
     affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
@@ -474,7 +454,7 @@ def _affinity(
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "labelSelector": {"matchLabels": selector_labels(serving, role)},
-                    "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+                    "matchLabelKeys": [names.LWS_GROUP_KEY_LABEL],
                     "topologyKey": domain_key,
                 }
             ]
@@ -558,12 +538,12 @@ def leader_worker_set(
     template["workerTemplate"] = pod_template(
         serving, role, tuning, domain, leader=size == 1, compute_domain=compute_domain
     )
-    annotations = {PROFILE_ANNOTATION: f"{tuning.dialect.name}/{tuning.family.value} goal={tuning.goal.value}"}
+    annotations = {names.PROFILE_ANNOTATION: f"{tuning.dialect.name}/{tuning.family.value} goal={tuning.goal.value}"}
     if domain is not None:
-        annotations[DOMAIN_VALUE_ANNOTATION] = domain
+        annotations[names.DOMAIN_VALUE_ANNOTATION] = domain
     return {
-        "apiVersion": LWS_API_VERSION,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": names.LEADER_WORKER_SET.api_version,
+        "kind": names.LEADER_WORKER_SET.kind,
         "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
         "spec": {
             "replicas": groups,
@@ -580,10 +560,10 @@ def leader_worker_set(
 def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domain: str | None) -> Manifest:
     """The ComputeDomain (IMEX channel) of one LeaderWorkerSet. Its spec is immutable: recreate, never patch."""
     name = lws_name(serving.metadata.name, role, domain)
-    annotations = {DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
+    annotations = {names.DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
     return {
-        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
-        "kind": "ComputeDomain",
+        "apiVersion": names.COMPUTE_DOMAIN.api_version,
+        "kind": names.COMPUTE_DOMAIN.kind,
         "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
     }
@@ -592,12 +572,12 @@ def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domai
 def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning) -> Manifest:
     """The OpenAI endpoint of one role: its group leaders."""
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": names.SERVICE.api_version,
+        "kind": names.SERVICE.kind,
         "metadata": _metadata(service_name(serving.metadata.name, role), serving, _labels(serving, role, "")),
         "spec": {
             "type": "ClusterIP",
-            "selector": {**selector_labels(serving, role), LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": {**selector_labels(serving, role), names.LWS_WORKER_INDEX_LABEL: "0"},
             "ports": [
                 {"name": HTTP_PORT_NAME, "port": tuning.dialect.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
             ],
@@ -613,11 +593,11 @@ def _meta_label(label: str) -> str:
 def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Manifest:
     """A Prometheus Operator PodMonitor for every leader of the serving."""
     return {
-        "apiVersion": POD_MONITOR_API_VERSION,
-        "kind": "PodMonitor",
+        "apiVersion": names.POD_MONITOR.api_version,
+        "kind": names.POD_MONITOR.kind,
         "metadata": _metadata(_fit(serving.metadata.name, "", DNS_LABEL_BUDGET), serving, _labels(serving, None, "")),
         "spec": {
-            "selector": {"matchLabels": {**selector_labels(serving), LWS_WORKER_INDEX_LABEL: "0"}},
+            "selector": {"matchLabels": {**selector_labels(serving), names.LWS_WORKER_INDEX_LABEL: "0"}},
             # vLLM's series get the label names nvlfleet's own gauges carry, so one dashboard selector matches both.
             "podMetricsEndpoints": [
                 {
@@ -626,9 +606,9 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
                     "relabelings": [
                         {"action": "replace", "sourceLabels": [_meta_label(label)], "targetLabel": target}
                         for label, target in (
-                            (SERVING_LABEL, "serving"),
-                            (ROLE_LABEL, "role"),
-                            (DOMAIN_LABEL, "domain"),
+                            (names.SERVING_LABEL, "serving"),
+                            (names.ROLE_LABEL, "role"),
+                            (names.DOMAIN_LABEL, "domain"),
                         )
                     ],
                 }
@@ -655,7 +635,7 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
         )
     pod = serving.spec.pod
     for key in pod.labels:
-        if key.startswith(_RESERVED_LABEL_PREFIXES):
+        if key.startswith(names.RESERVED_LABEL_PREFIXES):
             found.append(
                 problems.Problem(f'spec.pod.labels["{key}"]', "this label is set by nvlfleet and LeaderWorkerSet")
             )
@@ -671,10 +651,10 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
     for section, values in (pod.resources or {}).items():
         if section not in ("limits", "requests"):
             found.append(problems.Problem(f"spec.pod.resources.{section}", "only limits and requests may be set"))
-        elif GPU_RESOURCE in values:
+        elif names.GPU_RESOURCE in values:
             found.append(
                 problems.Problem(
-                    f'spec.pod.resources.{section}["{GPU_RESOURCE}"]',
+                    f'spec.pod.resources.{section}["{names.GPU_RESOURCE}"]',
                     "every pod takes all GPUs of its node; nvlfleet sets this from the GPU generation",
                 )
             )
