@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet.api import models, names
+from nvlfleet.api import models, names, servingstatus
 from nvlfleet.core import inventory, planner
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -329,7 +329,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
 
 def test_current_placement_comes_from_status() -> None:
     obj = serving_object()
-    obj.status = models.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
+    obj.status = servingstatus.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
     assert planner.placements(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import pydantic
 
-from nvlfleet.api import models, nesting, problems
+from nvlfleet.api import kubetypes, models, nesting, problems
 from nvlfleet.core import economics, profiles
 from nvlfleet.facts import facts, hardware
 
@@ -707,7 +707,7 @@ def _looks_secret(name: str, value: str) -> str | None:
     )
 
 
-def _check_env_source(source: models.EnvVarSource, where: str, out: _Findings) -> None:
+def _check_env_source(source: kubetypes.EnvVarSource, where: str, out: _Findings) -> None:
     """Exactly one source (the CRD's CEL rule says the same at admission; a file given to ``nvlfleet validate``
     meets it here)."""
     given = [name for name, value in source.to_wire().items() if value is not None]
