@@ -10,13 +10,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import re
 from typing import Any
 
 import fleetbuilder as fb
 import servingbuilder as sb
 
-from nvlfleet.api import names, reasons
-from nvlfleet.core import inventory, planner, reconciler, render, validation
+from nvlfleet.adapters import main
+from nvlfleet.api import crd, names, reasons
+from nvlfleet.core import inventory, leaderworkersets, planner, reconciler, render, validation
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=5)
@@ -95,7 +97,7 @@ class Cluster:
         taken = {p["spec"].get("nodeName") for p in self.pods}
         self.pods = [p for p in self.pods if p["metadata"]["labels"].get(names.SERVING_LABEL) is None]
         for lws in self.lws():
-            domain = reconciler.lws_domain(lws, fb.CLIQUE_LABEL)
+            domain = leaderworkersets.domain(lws, fb.CLIQUE_LABEL)
             free = [
                 n["metadata"]["name"]
                 for n in self.nodes
@@ -590,3 +592,58 @@ def test_warnings_about_an_accepted_spec_are_announced_once_per_generation() -> 
     warnings = [e for e in first.events if e.reason == "SpecWarning"]
     assert [(e.type, e.message) for e in warnings] == [("Warning", "; ".join(str(w) for w in sorted(review.warnings)))]
     assert [e.reason for e in cluster.converge().events if e.reason == "SpecWarning"] == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The scale subresource and the columns read what is written
+
+
+def written_statuses() -> list[dict[str, Any]]:
+    """The statuses the reconciler writes for a ready serving, an unplaceable one and an invalid one."""
+    ready = Cluster(serving(groups=2, nodes=2), two_racks())
+    ready.converge()
+    ready.run_groups(ready=True)
+    ready.converge(T1)
+    rack = [n for n in fb.rack(0) if n["metadata"]["name"] in ("rack-0-00", "rack-0-01")]
+    unplaced = Cluster(serving(groups=1, tensor=1, nodes=3), rack)
+    unplaced.converge()
+    invalid = Cluster(serving(groups=1, nodes=2, extraArgs=["--no-such-flag"]), two_racks())
+    invalid.converge()
+    return [c.serving["status"] for c in (ready, unplaced, invalid)]
+
+
+def test_every_status_field_the_crd_reads_is_one_the_operator_writes() -> None:
+    version = crd.definition()["spec"]["versions"][0]
+    scale = version["subresources"]["scale"]
+    paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
+    paths += [scale["statusReplicasPath"], scale["labelSelectorPath"]]
+    statuses = written_statuses()
+    telemetry = main._status_metrics(None)  # every telemetry field, null until measured
+
+    for path in (p for p in paths if p.startswith(".status.")):
+        parsed = re.fullmatch(r'\.status\.(\w+)(?:\[\?\(@\.type=="(\w+)"\)\]\.(\w+))?', path)
+        assert parsed is not None, f"{path}: a path this test cannot read"
+        field, ctype, attr = parsed.groups()
+        if field in telemetry:
+            continue
+        if ctype is None:
+            assert any(s.get(field) is not None for s in statuses), f"{path}: nothing writes it"
+        else:
+            conditions = [c for s in statuses for c in s.get(field) or [] if c["type"] == ctype]
+            assert any(c.get(attr) is not None for c in conditions), f"{path}: nothing writes it"
+
+
+def test_the_scale_subresource_counts_ready_decode_groups_and_selects_their_leaders() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups(ready=True)
+    cluster.converge(T1)
+
+    status = cluster.serving["status"]
+    assert status["replicas"] == 2
+    assert status["selector"] == (
+        "nvlfleet.io/serving=dsv41,nvlfleet.io/role=decode,leaderworkerset.sigs.k8s.io/worker-index=0"
+    )
+    wanted = dict(term.split("=") for term in status["selector"].split(","))
+    selected = [p for p in cluster.pods if wanted.items() <= p["metadata"]["labels"].items()]
+    assert len(selected) == 2 and {p["metadata"]["labels"][names.LWS_WORKER_INDEX_LABEL] for p in selected} == {"0"}

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nvlfleet.api import names
+from nvlfleet.api import names, objects
 
 
 def is_child_of(obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> bool:
     """nvlfleet's managed-by and serving labels *and* a controller owner reference to the serving's uid."""
-    meta = _as_mapping(obj.get("metadata"))
-    labels = _as_mapping(meta.get("labels"))
+    meta = objects.as_mapping(obj.get("metadata"))
+    labels = objects.as_mapping(meta.get("labels"))
     if labels.get(names.MANAGED_BY_LABEL) != names.MANAGED_BY or labels.get(names.SERVING_LABEL) != serving_name:
         return False
     return bool(serving_uid) and any(
@@ -38,7 +38,3 @@ def owner_reference(serving_name: str, serving_uid: str) -> dict[str, Any]:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-
-
-def _as_mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

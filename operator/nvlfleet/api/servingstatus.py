@@ -8,7 +8,8 @@ schema, printer columns and scale subresource are generated from these types (``
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import alias_generators
@@ -45,14 +46,21 @@ class DeepSeekServingStatus(schema.Model):
         pydantic.Field(default_factory=list)
     )
     placement: Annotated[
-        dict[str, dict[str, int]],
+        dict[str, dict[str, int]] | None,
         pydantic.Field(description="Groups per NVLink domain, per role: {role: {domain: groups}}."),
-    ] = pydantic.Field(default_factory=dict)
+    ] = None
     ready: Annotated[str | None, pydantic.Field(description="Ready groups / desired groups, e.g. 3/4.")] = None
     ready_groups: Annotated[int | None, pydantic.Field(description="Groups whose pods are all Ready.")] = None
-    decode_ready_groups: Annotated[
+    replicas: Annotated[
         int | None,
         pydantic.Field(description="Decode groups whose pods are all Ready (the replicas of the scale subresource)."),
+    ] = None
+    selector: Annotated[
+        str | None,
+        pydantic.Field(
+            description="Label selector of the decode groups' leader pods (the selector of the scale subresource, "
+            "which a HorizontalPodAutoscaler needs)."
+        ),
     ] = None
     desired_groups: Annotated[int | None, pydantic.Field(description="Groups asked for, all roles.")] = None
     gpus: Annotated[int | None, pydantic.Field(description="GPUs allocated to placed groups.")] = None
@@ -67,3 +75,22 @@ class DeepSeekServingStatus(schema.Model):
     metrics_time: Annotated[
         str | None, pydantic.Field(description="When the throughput and revenue fields were measured.")
     ] = None
+
+    def merge_patch(self, fields: Iterable[str]) -> dict[str, Any]:
+        """``fields`` (Python names) as a merge patch of the status subresource: camelCase, and a field that is None
+        written as null, which removes it, rather than left out, which would keep what the status said before."""
+        return self.model_dump(by_alias=True, mode="json", include=set(fields))
+
+
+# The fields the reconciler writes on every pass; the telemetry fields (tokensPerSecond, ...) are written apart.
+RECONCILED: tuple[str, ...] = (
+    "observed_generation",
+    "conditions",
+    "placement",
+    "ready",
+    "ready_groups",
+    "desired_groups",
+    "gpus",
+    "replicas",
+    "selector",
+)

@@ -176,6 +176,11 @@ def selector_labels(serving: models.DeepSeekServing, role: models.RoleName | Non
     return labels
 
 
+def leader_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
+    """Labels that select a serving's group leaders (one role's, when given): the pods that serve HTTP."""
+    return {**selector_labels(serving, role), names.LWS_WORKER_INDEX_LABEL: "0"}
+
+
 def _labels(serving: models.DeepSeekServing, role: models.RoleName | None, domain: str | None = "") -> dict[str, str]:
     labels = {
         names.NAME_LABEL: APP_NAME,
@@ -577,7 +582,7 @@ def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: prof
         "metadata": _metadata(service_name(serving.metadata.name, role), serving, _labels(serving, role, "")),
         "spec": {
             "type": "ClusterIP",
-            "selector": {**selector_labels(serving, role), names.LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": leader_labels(serving, role),
             "ports": [
                 {"name": HTTP_PORT_NAME, "port": tuning.dialect.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
             ],
@@ -597,7 +602,7 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
         "kind": names.POD_MONITOR.kind,
         "metadata": _metadata(_fit(serving.metadata.name, "", DNS_LABEL_BUDGET), serving, _labels(serving, None, "")),
         "spec": {
-            "selector": {"matchLabels": {**selector_labels(serving), names.LWS_WORKER_INDEX_LABEL: "0"}},
+            "selector": {"matchLabels": leader_labels(serving)},
             # vLLM's series get the label names nvlfleet's own gauges carry, so one dashboard selector matches both.
             "podMetricsEndpoints": [
                 {
