@@ -32,7 +32,7 @@ import servingbuilder as sb
 from localcluster import fleet as fleets
 
 from nvlfleet.api import models, names
-from nvlfleet.core import inventory, planner, render
+from nvlfleet.core import commandline, inventory, planner, render
 
 pytestmark = pytest.mark.integration
 
@@ -159,8 +159,8 @@ def test_pinned_groups_run_on_their_rack_one_pod_per_tray(
         by_index = {p.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]: p for p in group}
         assert set(by_index) == {"0", "1"}
         leader, worker = by_index["0"].spec.containers[0], by_index["1"].spec.containers[0]
-        assert leader.command[:2] == ["vllm", "serve"] and render.LEADER_ADDRESS in leader.command
-        assert worker.command[:3] == ["python3", "-c", render.WORKER_LAUNCHER]
+        assert leader.command[:2] == ["vllm", "serve"] and commandline.LEADER_ADDRESS in leader.command
+        assert worker.command[:3] == ["python3", "-c", commandline.WORKER_LAUNCHER]
         worker_env = {e.name: e.value for e in worker.env}
         assert worker_env["LWS_WORKER_INDEX"] == "1"  # what the launcher multiplies by the ranks per tray
         assert "LWS_LEADER_ADDRESS" in worker_env  # what $(LWS_LEADER_ADDRESS) in the command expands to

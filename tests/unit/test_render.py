@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from nvlfleet import cli
 from nvlfleet.api import models, names, problems
-from nvlfleet.core import inventory, planner, profiles, render, validation
+from nvlfleet.core import commandline, inventory, planner, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 
 FACTS = facts.load("0.33.0")
@@ -54,7 +54,7 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
 
 def launched(command: list[str], worker_index: int) -> list[str]:
     """What the worker launcher execs for ``LWS_WORKER_INDEX=worker_index`` (run in-process, exec patched)."""
-    assert command[:3] == [DIALECT.python, "-c", render.WORKER_LAUNCHER]
+    assert command[:3] == [DIALECT.python, "-c", commandline.WORKER_LAUNCHER]
     seen: list[list[str]] = []
 
     def execvp(file: str, argv: list[str]) -> None:
@@ -153,7 +153,7 @@ def example(name: str) -> dict[str, Any]:
 
 
 # Where nvlfleet's line differs from a validated example, and why (anything else must be equal).
-LWS_ADDRESS = {"--data-parallel-address": render.LEADER_ADDRESS}  # the example's IP is the leader pod's address
+LWS_ADDRESS = {"--data-parallel-address": commandline.LEADER_ADDRESS}  # the example's IP is the leader pod's address
 DEFAULTS_SPELLED_OUT = {"--gpu-memory-utilization", "--async-scheduling"}  # 0.92 and "on" are vLLM's defaults
 
 
@@ -170,7 +170,7 @@ def test_gb200_leader_and_worker_are_examples_a_and_b() -> None:
         diff = differences(options(argv), options(example(name)["args"]))
         graphs = diff.pop("--compilation-config")
         assert graphs[0] == {**graphs[1], "cudagraph_capture_sizes": [32, 64, 96, 128, 160, 192, 224, 256]}
-        assert diff.pop("--data-parallel-address")[0] == render.LEADER_ADDRESS
+        assert diff.pop("--data-parallel-address")[0] == commandline.LEADER_ADDRESS
         assert set(diff) == DEFAULTS_SPELLED_OUT and all(ours is None for ours, _ in diff.values())
     env = {e["name"]: e.get("value") for e in container(templates(lws)[0])["env"]}
     assert {
@@ -184,7 +184,7 @@ def test_gb300_dp16_leader_is_example_c_without_the_long_context_indexer() -> No
 
     diff = differences(options(leader), options(example("gb300_throughput_leader")["args"]))
     assert diff.pop("--attention-config") == (None, {"indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True})
-    assert diff.pop("--data-parallel-address")[0] == render.LEADER_ADDRESS
+    assert diff.pop("--data-parallel-address")[0] == commandline.LEADER_ADDRESS
     assert set(diff) == {
         "--compilation-config",
         "--reasoning-parser",
