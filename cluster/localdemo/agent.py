@@ -31,7 +31,7 @@ from localcluster import computedomains
 from localdemo import workload
 from nvlfleet.api import models, names
 from nvlfleet.core import render
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 log = logging.getLogger("localdemo.agent")
 
@@ -60,7 +60,7 @@ class Agent:
         self.api = api
         self.namespace = namespace
         self.targets_file = targets_file
-        self.sim = vllmsim.Simulator()
+        self.sim = simulator.Simulator()
         self.serving: dict[tuple[str, int], tuple[vllmsim.Endpoint, Leader]] = {}
         self._domains: dict[str, str] = {}  # node name -> NVLink domain (its clique label)
         self._targets = ""

@@ -18,7 +18,7 @@ import pytest
 
 from nvlfleet.adapters import telemetry
 from nvlfleet.api import models
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_promql_returns_the_expected_revenue(tmp_path: pathlib.Path) -> None:
         return time.time() + offset
 
     async def main() -> None:
-        sim = vllmsim.Simulator(clock=clock)
+        sim = simulator.Simulator(clock=clock)
         metrics = telemetry.OperatorMetrics()
         scraper = telemetry.Scraper(metrics, clock=clock, timeout=2.0)
         check = await sim.add("127.0.0.1", 0, load=CHECK, engines=1)

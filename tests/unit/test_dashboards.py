@@ -23,7 +23,7 @@ from prometheus_client import parser
 from nvlfleet.adapters import telemetry
 from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
@@ -92,7 +92,7 @@ async def _exercise_telemetry() -> str:
     status conditions.
     Returns the exposition text of the operator's registry."""
     clock = FakeClock(T0 - 3600)
-    sim = vllmsim.Simulator(clock=clock)
+    sim = simulator.Simulator(clock=clock)
     metrics = telemetry.OperatorMetrics()
     scraper = telemetry.Scraper(metrics, clock=clock, timeout=2.0)
     try:

@@ -21,7 +21,7 @@ from prometheus_client import parser
 
 from nvlfleet.adapters import telemetry
 from nvlfleet.api import models, problems
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # 2026-10-20 16:30:00 UTC: the off-peak window below starts here; scenarios before it pay full price.
@@ -67,7 +67,7 @@ class Fleet:
 
     def __init__(self, timeout: float = 2.0) -> None:
         self.clock = FakeClock(T - 3600)  # the servers started an hour before the scenario's times
-        self.sim = vllmsim.Simulator(clock=self.clock)
+        self.sim = simulator.Simulator(clock=self.clock)
         self.metrics = telemetry.OperatorMetrics()
         self.scraper = telemetry.Scraper(self.metrics, clock=self.clock, timeout=timeout)
         self.targets: dict[tuple[str, str], list[telemetry.Target]] = {}
