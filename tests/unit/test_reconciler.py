@@ -647,3 +647,13 @@ def test_the_scale_subresource_counts_ready_decode_groups_and_selects_their_lead
     wanted = dict(term.split("=") for term in status["selector"].split(","))
     selected = [p for p in cluster.pods if wanted.items() <= p["metadata"]["labels"].items()]
     assert len(selected) == 2 and {p["metadata"]["labels"][names.LWS_WORKER_INDEX_LABEL] for p in selected} == {"0"}
+
+
+def test_a_status_field_an_older_crd_prunes_does_not_make_every_pass_write() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    cluster.converge()  # settled: a third pass would write nothing
+    for field in ("replicas", "selector"):  # what the API server keeps of a write under the previous CRD
+        del cluster.serving["status"][field]
+
+    assert cluster.reconcile().status is None

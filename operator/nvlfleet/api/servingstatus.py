@@ -94,3 +94,7 @@ RECONCILED: tuple[str, ...] = (
     "replicas",
     "selector",
 )
+
+# Fields, by wire name, that the CRD of an earlier nvlfleet release does not have. Its API server prunes them from
+# every write (``helm upgrade`` does not upgrade CRDs), so their absence from a stored status proves nothing.
+NEWER_THAN_SOME_CRDS: tuple[str, ...] = ("replicas", "selector")

@@ -95,8 +95,17 @@ def frozen(
 
 
 def differs(patch: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
-    """Whether writing ``patch`` would change the status ``before``."""
-    return any(value != before.get(key) for key, value in patch.items())
+    """Whether writing ``patch`` would change the status ``before``.
+
+    A field an older CRD prunes (``servingstatus.NEWER_THAN_SOME_CRDS``) counts only once the stored status has it:
+    under such a CRD it never sticks, and a pass that wrote because it is missing would write on every pass. It is
+    written with the next change instead (or with the first status of a new serving).
+    """
+    return any(
+        value != before.get(key)
+        for key, value in patch.items()
+        if key in before or key not in servingstatus.NEWER_THAN_SOME_CRDS
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
