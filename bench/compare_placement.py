@@ -43,7 +43,7 @@ from localcluster import cluster as localcluster
 from localcluster import fleet as fleets
 from localcluster.operatorprocess import OperatorProcess
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import inventory, planner, render
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -59,8 +59,8 @@ SIZES = {"decode": 4, "prefill": 2}  # trays per group of each role in the workl
 def workload(name: str, fleet: str, decode_groups: int, prefill_groups: int) -> dict[str, Any]:
     """A disaggregated DeepSeek-V4.1-Flash serving: 4-tray decode groups and 2-tray prefill groups."""
     return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": name},
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
@@ -105,9 +105,7 @@ class Run:
         if self.engine == "nvlfleet":
             operator = OperatorProcess(workdir / self.name, kubeconfig, [self.namespace], recheck_seconds=5)
             operator.start().wait_ready()
-            self.custom.create_namespaced_custom_object(
-                models.GROUP, models.VERSION, self.namespace, models.PLURAL, obj
-            )
+            self.custom.create_namespaced_custom_object(names.GROUP, names.VERSION, self.namespace, names.PLURAL, obj)
             return operator
         parsed = models.DeepSeekServing.model_validate(
             {**obj, "metadata": {"name": "flash", "namespace": self.namespace}}

@@ -29,13 +29,13 @@ from typing import Any
 import benchcluster
 from kubernetes import client, watch
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import render
 
-GROUP, VERSION, PLURAL = models.GROUP, models.VERSION, models.PLURAL
+GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.PLURAL
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 FIELD_MANAGER = "bench-plain-client"
-POD_SELECTOR = f"{render.MANAGED_BY_LABEL}={render.MANAGED_BY}"
+POD_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
 WARM_UP = "warm-up"
 NODES_PER_GROUP = 2
 PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
@@ -43,8 +43,8 @@ PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
 
 def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROUP) -> dict[str, Any]:
     return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": name},
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},

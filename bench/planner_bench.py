@@ -13,6 +13,7 @@ import time
 
 import baselines
 
+from nvlfleet.api import names
 from nvlfleet.core import inventory, planner
 
 RACKS, TRAYS, GPUS = 100, 18, 4
@@ -24,8 +25,8 @@ def fleet(racks: int = RACKS) -> inventory.Inventory:
         inventory.Node(
             name=f"rack-{r:03d}-{t:02d}",
             labels={
-                inventory.DEFAULT_DOMAIN_LABEL: f"{r:08x}-4785-4fbf-9cbd-231635e37e9d.{r}",
-                inventory.PRODUCT_LABEL: GB200.gpu_product,
+                names.DEFAULT_DOMAIN_LABEL: f"{r:08x}-4785-4fbf-9cbd-231635e37e9d.{r}",
+                names.PRODUCT_LABEL: GB200.gpu_product,
             },
             gpus=GPUS,
             ready=True,

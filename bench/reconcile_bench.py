@@ -23,7 +23,7 @@ import convergence
 from localcluster import fleet
 
 from nvlfleet.adapters import caches, main
-from nvlfleet.api import models
+from nvlfleet.api import names
 from nvlfleet.core import reconciler
 
 RACKS, PODS, REPEATS = 56, 1000, 30
@@ -60,7 +60,7 @@ def measure(repeats: int = REPEATS, *, shared_view: bool = False) -> float:
     count, as it would in wall time); with ``shared_view`` the pass is handed a view built before."""
     snap = snapshot()
     if shared_view:
-        label = snap.serving["spec"].get("placement", {}).get("domainLabel", models.DEFAULT_DOMAIN_LABEL)
+        label = snap.serving["spec"].get("placement", {}).get("domainLabel", names.DEFAULT_DOMAIN_LABEL)
         snap = dataclasses.replace(snap, view=reconciler.fleet_view(snap, label))
     reconciler.reconcile(snap)
     times = []

@@ -29,13 +29,13 @@ from kubernetes.client.rest import ApiException
 from localcluster import computedomains
 
 from localdemo import workload
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import render
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 log = logging.getLogger("localdemo.agent")
 
-LEADER_SELECTOR = f"{render.SERVING_LABEL},{render.LWS_WORKER_INDEX_LABEL}=0"
+LEADER_SELECTOR = f"{names.SERVING_LABEL},{names.LWS_WORKER_INDEX_LABEL}=0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Agent:
         self.api = api
         self.namespace = namespace
         self.targets_file = targets_file
-        self.sim = vllmsim.Simulator()
+        self.sim = simulator.Simulator()
         self.serving: dict[tuple[str, int], tuple[vllmsim.Endpoint, Leader]] = {}
         self._domains: dict[str, str] = {}  # node name -> NVLink domain (its clique label)
         self._targets = ""
@@ -122,7 +122,7 @@ class Agent:
         """Every Running leader pod with an IP, keyed by the address its vLLM server listens on."""
         custom = client.CustomObjectsApi(self.api)
         servings: dict[str, models.DeepSeekServing] = {}
-        for obj in custom.list_namespaced_custom_object(models.GROUP, models.VERSION, self.namespace, models.PLURAL)[
+        for obj in custom.list_namespaced_custom_object(names.GROUP, names.VERSION, self.namespace, names.PLURAL)[
             "items"
         ]:
             with contextlib.suppress(pydantic.ValidationError):
@@ -131,11 +131,11 @@ class Agent:
         found: dict[tuple[str, int], Leader] = {}
         for pod in pods:
             labels = pod.metadata.labels or {}
-            serving = servings.get(labels[render.SERVING_LABEL])
+            serving = servings.get(labels[names.SERVING_LABEL])
             if serving is None or pod.status.phase != "Running" or not pod.status.pod_ip:
                 continue
             try:
-                role = models.RoleName(labels.get(render.ROLE_LABEL, "decode"))
+                role = models.RoleName(labels.get(names.ROLE_LABEL, "decode"))
                 load, engines = workload.load(serving, role)
             except (ValueError, KeyError) as err:
                 log.warning("no load for %s/%s: %s", self.namespace, pod.metadata.name, err)

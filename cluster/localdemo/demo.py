@@ -41,8 +41,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import binaries, cluster, computedomains, fleet, processes
 
-from nvlfleet.api import models
-from nvlfleet.core import inventory, render
+from nvlfleet.api import names
+from nvlfleet.core import inventory
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = tuple(sorted((REPO / "examples").glob("gb*.yaml")))  # the demo has no H200 nodes
@@ -322,10 +322,10 @@ def _apply_examples(running: cluster.Cluster, options: Options, step: Say) -> No
     docs = []
     for path in options.examples:
         for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == models.KIND:
+            if isinstance(doc, dict) and doc.get("kind") == names.KIND:
                 docs.append(_for_demo(doc, options))
-    names = ", ".join(d["metadata"]["name"] for d in docs)
-    step(f"applying {len(docs)} DeepSeekServings from examples/ into namespace {options.namespace}: {names}")
+    listed = ", ".join(d["metadata"]["name"] for d in docs)
+    step(f"applying {len(docs)} DeepSeekServings from examples/ into namespace {options.namespace}: {listed}")
     _kubectl(
         running,
         "apply",
@@ -373,7 +373,7 @@ def _wait_ready(api: client.ApiClient, options: Options, step: Say) -> list[dict
 
 def _servings(api: client.ApiClient, options: Options) -> list[dict[str, Any]]:
     listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        models.GROUP, models.VERSION, options.namespace, models.PLURAL
+        names.GROUP, names.VERSION, options.namespace, names.PLURAL
     )
     return sorted(listed["items"], key=lambda s: s["metadata"]["name"])
 
@@ -438,16 +438,16 @@ def _placement_table(api: client.ApiClient, options: Options, nodes: list[dict[s
         domain_of[node["metadata"]["name"]] = domain
     busy: dict[str, int] = {}
     groups: dict[str, dict[tuple[str, str], set[str]]] = {}
-    pods = client.CoreV1Api(api).list_namespaced_pod(options.namespace, label_selector=render.SERVING_LABEL).items
+    pods = client.CoreV1Api(api).list_namespaced_pod(options.namespace, label_selector=names.SERVING_LABEL).items
     for pod in pods:
         domain = domain_of.get(pod.spec.node_name or "")
         if domain is None:
             continue
         labels = pod.metadata.labels
         busy[domain] = busy.get(domain, 0) + 1
-        key = (labels[render.SERVING_LABEL], labels.get(render.ROLE_LABEL, "decode"))
+        key = (labels[names.SERVING_LABEL], labels.get(names.ROLE_LABEL, "decode"))
         groups.setdefault(domain, {}).setdefault(key, set()).add(
-            labels.get(render.LWS_GROUP_KEY_LABEL, pod.metadata.name)
+            labels.get(names.LWS_GROUP_KEY_LABEL, pod.metadata.name)
         )
     rows = []
     for domain, (gpu, rack, trays) in sorted(racks.items(), key=lambda item: (item[1][0], int(item[1][1]))):
@@ -538,21 +538,21 @@ def down(options: Options | None = None, progress: Say = say) -> list[str]:
 def _delete_servings(api: client.ApiClient, options: Options, progress: Say, timeout: float = 30.0) -> None:
     """Delete the servings and wait for the operator's finalizer; without an operator, drop the finalizer."""
     custom = client.CustomObjectsApi(api)
-    where = (models.GROUP, models.VERSION, options.namespace, models.PLURAL)
+    where = (names.GROUP, names.VERSION, options.namespace, names.PLURAL)
     try:
-        names = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
+        servings = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
     except ApiException:
         return  # no namespace (or no CRD): nothing to delete
-    if names:
-        progress(f"deleting {len(names)} DeepSeekServing(s) in {options.namespace}")
-    for name in names:
+    if servings:
+        progress(f"deleting {len(servings)} DeepSeekServing(s) in {options.namespace}")
+    for name in servings:
         with contextlib.suppress(ApiException):
             custom.delete_namespaced_custom_object(*where, name)
     deadline = time.monotonic() + timeout
-    while names and time.monotonic() < deadline:
-        names = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
+    while servings and time.monotonic() < deadline:
+        servings = [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*where)["items"]]
         time.sleep(0.5)
-    for name in names:  # the operator is not running: nobody else will remove its finalizer
+    for name in servings:  # the operator is not running: nobody else will remove its finalizer
         with contextlib.suppress(ApiException):
             custom.patch_namespaced_custom_object(*where, name, {"metadata": {"finalizers": None}})
 
@@ -563,8 +563,8 @@ def _remove_objects(api: client.ApiClient, options: Options, progress: Say) -> N
         core.delete_namespace(options.namespace, propagation_policy="Background")
         progress(f"deleting namespace {options.namespace}")
     selector = f"{fleet.LABEL_FLEET}={options.fleet}"
-    names = [n.metadata.name for n in core.list_node(label_selector=selector).items]
-    computedomains.withdraw_channels(api, names)
+    node_names = [n.metadata.name for n in core.list_node(label_selector=selector).items]
+    computedomains.withdraw_channels(api, node_names)
     removed = fleet.delete_fleet(api, options.fleet)
     for pv in core.list_persistent_volume(label_selector=selector).items:
         with contextlib.suppress(ApiException):

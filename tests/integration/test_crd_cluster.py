@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import profiles, validation
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "nvlfleet.io_deepseekservings.yaml"
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-GROUP, VERSION, PLURAL = models.GROUP, models.VERSION, models.PLURAL
+GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.PLURAL
 
 
 def kubectl(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,8 +84,8 @@ def refusal(api_client: client.ApiClient, namespace: str, obj: dict[str, Any]) -
 
 def serving(**spec: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": "probe"},
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash"},

@@ -21,7 +21,7 @@ from nvlfleet.adapters.scraper import Scraper
 from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
 from nvlfleet.core.group_telemetry import Target
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ def test_promql_returns_the_expected_revenue(tmp_path: pathlib.Path) -> None:
         return time.time() + offset
 
     async def main() -> None:
-        sim = vllmsim.Simulator(clock=clock)
+        sim = simulator.Simulator(clock=clock)
         metrics = OperatorMetrics()
         scraper = Scraper(metrics, clock=clock, timeout=2.0)
         check = await sim.add("127.0.0.1", 0, load=CHECK, engines=1)

@@ -26,8 +26,8 @@ import yaml
 from kubernetes import client
 from localcluster import fleet as fleets
 
-from nvlfleet.api import models
-from nvlfleet.core import inventory, planner, render
+from nvlfleet.api import models, names
+from nvlfleet.core import commandline, inventory, planner, render
 from support import servingbuilder as sb
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def apply(cluster: Any, manifests: list[dict[str, Any]], *, dry_run: bool) -> su
 
 
 def in_namespace(path: pathlib.Path, namespace: str) -> list[models.DeepSeekServing]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == models.KIND]
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == names.KIND]
     for doc in docs:
         doc["metadata"]["namespace"] = namespace
     return [models.DeepSeekServing.model_validate(doc) for doc in docs]
@@ -82,7 +82,7 @@ def cluster_placement(
 
 
 def serving_pods(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
-    selector = f"{render.SERVING_LABEL}={name}"
+    selector = f"{names.SERVING_LABEL}={name}"
     return list(client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items)
 
 
@@ -155,8 +155,8 @@ def test_pinned_groups_run_on_their_rack_one_pod_per_tray(
         by_index = {p.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]: p for p in group}
         assert set(by_index) == {"0", "1"}
         leader, worker = by_index["0"].spec.containers[0], by_index["1"].spec.containers[0]
-        assert leader.command[:2] == ["vllm", "serve"] and render.LEADER_ADDRESS in leader.command
-        assert worker.command[:3] == ["python3", "-c", render.WORKER_LAUNCHER]
+        assert leader.command[:2] == ["vllm", "serve"] and commandline.LEADER_ADDRESS in leader.command
+        assert worker.command[:3] == ["python3", "-c", commandline.WORKER_LAUNCHER]
         worker_env = {e.name: e.value for e in worker.env}
         assert worker_env["LWS_WORKER_INDEX"] == "1"  # what the launcher multiplies by the ranks per tray
         assert "LWS_LEADER_ADDRESS" in worker_env  # what $(LWS_LEADER_ADDRESS) in the command expands to

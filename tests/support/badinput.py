@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from nvlfleet.api import crd
-from nvlfleet.core import render
+from nvlfleet.core import commandline
 from nvlfleet.facts import hardware
 
 GB200 = hardware.generation("GB200")
@@ -223,4 +223,4 @@ def assert_no_shell(command: list[str]) -> None:
     if "-c" in command:
         at = command.index("-c")
         assert at == 1 and os.path.basename(command[0]).startswith("python"), command[:3]
-        assert command[2] == render.WORKER_LAUNCHER
+        assert command[2] == commandline.WORKER_LAUNCHER

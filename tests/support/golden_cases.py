@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 from nvlfleet.core import render
 from support import servingbuilder as sb
 
@@ -80,7 +80,7 @@ def builder_cases() -> dict[str, Case]:
 
 def example_cases() -> Iterator[tuple[str, Case]]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == models.KIND]
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == names.KIND]
         for i, doc in enumerate(docs):
             suffix = f"-{i + 1}" if len(docs) > 1 else ""
             yield f"example-{path.stem}{suffix}", (models.DeepSeekServing.model_validate(doc), None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names
 
 MODELS = {
     "deepseek-v4.1": "deepseek-ai/DeepSeek-V4.1-Flash",
@@ -69,8 +69,8 @@ def serving_dict(
     if prefill is not None:
         body["roles"]["prefill"] = prefill
     return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": name, "namespace": namespace},
         "spec": merge(body, spec),
     }

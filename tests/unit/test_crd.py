@@ -58,7 +58,11 @@ def test_names_scope_and_subresources(definition: dict[str, Any]) -> None:
     assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
     assert version["subresources"] == {
         "status": {},
-        "scale": {"specReplicasPath": ".spec.roles.decode.groups", "statusReplicasPath": ".status.decodeReadyGroups"},
+        "scale": {
+            "specReplicasPath": ".spec.roles.decode.groups",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
     }
 
 

@@ -27,7 +27,7 @@ from nvlfleet.api import models
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core.group_telemetry import Target
 from nvlfleet.facts import vllm_metrics
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
@@ -93,7 +93,7 @@ async def _exercise_telemetry() -> str:
     status conditions.
     Returns the exposition text of the operator's registry."""
     clock = FakeClock(T0 - 3600)
-    sim = vllmsim.Simulator(clock=clock)
+    sim = simulator.Simulator(clock=clock)
     metrics = OperatorMetrics()
     scraper = Scraper(metrics, clock=clock, timeout=2.0)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvlfleet.api import problems
+from nvlfleet.api import names, problems
 from nvlfleet.core import inventory
 from support import fleetbuilder as fb
 
@@ -49,8 +49,8 @@ def test_node_scope_makes_each_unlabelled_gpu_node_its_own_domain() -> None:
         ]
     )
     assert [(d.key, d.label, len(d.nodes)) for d in inv.domains("node")] == [
-        ("h200-a", inventory.HOSTNAME_LABEL, 1),
-        ("h200-b", inventory.HOSTNAME_LABEL, 1),
+        ("h200-a", names.HOSTNAME_LABEL, 1),
+        ("h200-b", names.HOSTNAME_LABEL, 1),
     ]
 
 

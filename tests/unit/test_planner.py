@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names, servingstatus
 from nvlfleet.core import inventory, planner
 from support import fleetbuilder as fb
 
@@ -263,7 +263,7 @@ def test_h200_groups_are_single_nodes_each_its_own_domain() -> None:
         b.reasons[0]
         == "decode needs 2 nodes per group, but NVLink stops at the node for NVIDIA-H200: 1 group cannot be placed"
     )
-    assert [(d.key, d.label) for d in plan.domains] == [(f"h{i}", inventory.HOSTNAME_LABEL) for i in range(3)]
+    assert [(d.key, d.label) for d in plan.domains] == [(f"h{i}", names.HOSTNAME_LABEL) for i in range(3)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -305,8 +305,8 @@ def serving_object(**spec_changes: object) -> models.DeepSeekServing:
     spec |= spec_changes
     return models.DeepSeekServing.model_validate(
         {
-            "apiVersion": models.API_VERSION,
-            "kind": models.KIND,
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
             "metadata": {"name": "flash", "namespace": "llm"},
             "spec": spec,
         }
@@ -329,7 +329,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
 
 def test_current_placement_comes_from_status() -> None:
     obj = serving_object()
-    obj.status = models.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
+    obj.status = servingstatus.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
     assert planner.placements(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
 
 
@@ -350,7 +350,7 @@ class Scenario:
 def scenarios(draw: st.DrawFn) -> Scenario:
     nodes: list[inventory.Node] = []
     for r in range(draw(st.integers(1, 8))):
-        labels = {fb.CLIQUE_LABEL: fb.clique(r), inventory.PRODUCT_LABEL: GB200.gpu_product}
+        labels = {fb.CLIQUE_LABEL: fb.clique(r), names.PRODUCT_LABEL: GB200.gpu_product}
         for t in range(draw(st.integers(1, 18))):
             state = draw(st.sampled_from(["free"] * 6 + ["busy", "cordoned", "notready"]))
             name = f"rack-{r}-{t:02d}"
@@ -360,9 +360,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             )
     inv = inventory.build(nodes)
     free = {d.key: sum(n.schedulable and not n.busy for n in d.nodes) for d in inv.domains()}
-    names = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
+    servings = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
     before, after = [], []
-    for name in names:
+    for name in servings:
         strategy = draw(st.sampled_from(["pack", "spread"]))
         for role in draw(st.sampled_from([["decode"], ["decode", "prefill"]])):
             npg = draw(st.integers(1, 6))
@@ -500,7 +500,7 @@ def mixed_fleets(draw: st.DrawFn) -> tuple[inventory.Inventory, list[planner.Dem
     nodes = []
     for r in range(draw(st.integers(1, 4))):
         for t in range(draw(st.integers(1, 18))):
-            labels = {fb.CLIQUE_LABEL: fb.clique(r), inventory.PRODUCT_LABEL: GB200.gpu_product}
+            labels = {fb.CLIQUE_LABEL: fb.clique(r), names.PRODUCT_LABEL: GB200.gpu_product}
             pool = draw(st.sampled_from(["a", "b", None]))
             if pool:
                 labels["pool"] = pool

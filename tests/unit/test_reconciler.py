@@ -10,9 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import re
 from typing import Any
 
-from nvlfleet.core import inventory, planner, reconciler, render, validation
+from nvlfleet.adapters import operator
+from nvlfleet.api import crd, names, reasons
+from nvlfleet.core import inventory, leaderworkersets, planner, reconciler, render, validation
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -28,7 +31,7 @@ def serving(uid: str = UID, generation: int = 1, **kwargs: Any) -> dict[str, Any
 
 
 def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
-    return condition(obj, reconciler.READY)
+    return condition(obj, reasons.READY)
 
 
 def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
@@ -91,9 +94,9 @@ class Cluster:
         """What LeaderWorkerSet, kube-scheduler and the kubelet would do: one pod per group member, bound in
         the LeaderWorkerSet's domain on free nodes."""
         taken = {p["spec"].get("nodeName") for p in self.pods}
-        self.pods = [p for p in self.pods if p["metadata"]["labels"].get(render.SERVING_LABEL) is None]
+        self.pods = [p for p in self.pods if p["metadata"]["labels"].get(names.SERVING_LABEL) is None]
         for lws in self.lws():
-            domain = reconciler.lws_domain(lws, fb.CLIQUE_LABEL)
+            domain = leaderworkersets.domain(lws, fb.CLIQUE_LABEL)
             free = [
                 n["metadata"]["name"]
                 for n in self.nodes
@@ -114,8 +117,8 @@ def group_pod(lws: dict[str, Any], group: int, worker: int, node: str | None, re
         name,
         node,
         namespace=lws["metadata"]["namespace"],
-        serving=labels[render.SERVING_LABEL],
-        role=labels[render.ROLE_LABEL],
+        serving=labels[names.SERVING_LABEL],
+        role=labels[names.ROLE_LABEL],
         lws=lws["metadata"]["name"],
         group=group,
     )
@@ -154,9 +157,9 @@ def test_a_new_serving_becomes_a_compute_domain_a_leader_worker_set_and_a_servic
                 "blockOwnerDeletion": True,
             }
         ]
-        assert meta["labels"][reconciler.MANAGED_BY_LABEL] == "nvlfleet"
-        assert meta["labels"][reconciler.SERVING_LABEL] == "dsv41"
-        assert reconciler.APPLIED_HASH in meta["annotations"]
+        assert meta["labels"][names.MANAGED_BY_LABEL] == "nvlfleet"
+        assert meta["labels"][names.SERVING_LABEL] == "dsv41"
+        assert names.APPLIED_HASH_ANNOTATION in meta["annotations"]
     assert decision.delete == ()
     assert decision.creates == tuple(kinds_and_names(expected))
 
@@ -171,7 +174,7 @@ def test_groups_are_packed_into_one_rack_and_the_status_says_where() -> None:
     status = decision.status
     assert (status["observedGeneration"], status["placement"], status["ready"]) == (1, {"decode": {rack0: 2}}, "0/2")
     assert (status["readyGroups"], status["desiredGroups"], status["gpus"]) == (0, 2, 2 * 2 * 4)
-    placed = condition(status, reconciler.PLACED)
+    placed = condition(status, reasons.PLACED)
     assert (placed["status"], placed["reason"]) == ("True", "AllGroupsPlaced")
     assert inventory.short_domain(rack0) in placed["message"]
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [
@@ -201,7 +204,7 @@ def test_the_serving_turns_ready_when_every_group_pod_is_ready() -> None:
         "2026-11-30T12:05:00Z",
     )
     assert cluster.serving["status"]["ready"] == "2/2"
-    progressing = condition(cluster.serving["status"], reconciler.PROGRESSING)
+    progressing = condition(cluster.serving["status"], reasons.PROGRESSING)
     assert (progressing["status"], progressing["reason"]) == ("False", "Complete")
     assert ("Normal", "Ready") in [(e.type, e.reason) for e in decision.events]
 
@@ -353,7 +356,7 @@ def test_groups_that_spill_into_a_second_rack_get_their_own_leader_worker_set_an
 def test_only_children_with_the_labels_and_an_owner_reference_to_this_serving_are_ever_deleted() -> None:
     cluster = Cluster(serving(groups=1, nodes=2), two_racks())
     cluster.converge()
-    labels = {reconciler.MANAGED_BY_LABEL: "nvlfleet", reconciler.SERVING_LABEL: "dsv41"}
+    labels = {names.MANAGED_BY_LABEL: "nvlfleet", names.SERVING_LABEL: "dsv41"}
     someone_elses = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "look-alike", "labels": labels}}
     previous_owner = copy.deepcopy(someone_elses)
     previous_owner["metadata"]["name"] = "from-an-older-dsv41"
@@ -377,7 +380,7 @@ def test_a_compute_domain_whose_spec_changes_is_deleted_and_created_again_never_
     (cd_key,) = [k for k in cluster.children if k[0] == "ComputeDomain"]
     old = cluster.children[cd_key]
     old["spec"]["numNodes"] = 2  # as if an older nvlfleet had rendered another spec
-    old["metadata"]["annotations"][reconciler.SPEC_HASH] = "0000000000000000"
+    old["metadata"]["annotations"][names.SPEC_HASH_ANNOTATION] = "0000000000000000"
 
     first = cluster.reconcile()
     assert kinds_and_names(first.delete) == [cd_key]
@@ -404,7 +407,7 @@ def test_a_restart_mid_rollout_reads_the_placement_from_the_leader_worker_sets_n
     del cluster.serving["status"]  # the status write was lost when the operator died
     moved = render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(1))
     lws["metadata"]["name"] = moved
-    lws["metadata"]["annotations"][render.DOMAIN_VALUE_ANNOTATION] = fb.clique(1)
+    lws["metadata"]["annotations"][names.DOMAIN_VALUE_ANNOTATION] = fb.clique(1)
     cluster.children = {(k, n if k != "LeaderWorkerSet" else moved): v for (k, n), v in cluster.children.items()}
 
     decision = cluster.reconcile()
@@ -427,11 +430,11 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
     assert parsed is not None
     expected = planner.plan(inventory.from_objects(nodes), planner.demands(parsed))
     (role_plan,) = expected.roles
-    capacity = condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)
+    capacity = condition(decision.status, reasons.INSUFFICIENT_CAPACITY)
     assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")
     assert capacity["message"].startswith(role_plan.reasons[0])
     assert "needs 3 free nodes" in capacity["message"] and "largest free block is 2 nodes" in capacity["message"]
-    assert condition(decision.status, reconciler.PLACED)["status"] == "False"
+    assert condition(decision.status, reasons.PLACED)["status"] == "False"
     assert (ready_condition(decision.status)["reason"]) == "InsufficientCapacity"
     assert [o["kind"] for o in decision.apply] == ["Service"]  # nothing placed: no LeaderWorkerSet
     assert ("Warning", "InsufficientCapacity") in [(e.type, e.reason) for e in decision.events]
@@ -450,7 +453,7 @@ def test_another_servings_leader_worker_sets_hold_their_rack_even_before_their_p
     decision = loser.reconcile()
 
     assert decision.placement == {"decode": {}}
-    assert condition(decision.status, reconciler.INSUFFICIENT_CAPACITY)["status"] == "True"
+    assert condition(decision.status, reasons.INSUFFICIENT_CAPACITY)["status"] == "True"
 
     winner.serving["spec"]["roles"]["decode"]["groups"] = 1
     winner.converge()
@@ -473,7 +476,7 @@ def test_a_group_whose_node_is_gone_is_degraded_and_named() -> None:
 
     decision = cluster.converge(T1)
 
-    degraded = condition(cluster.serving["status"], reconciler.DEGRADED)
+    degraded = condition(cluster.serving["status"], reasons.DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "GroupsUnhealthy")
     assert "decode group 1" in degraded["message"] and f"node {lost_node}, which is gone" in degraded["message"]
     assert "decode group 0" not in degraded["message"]
@@ -490,12 +493,12 @@ def test_a_crash_looping_pod_degrades_its_group_and_recovery_is_announced() -> N
     pod = cluster.pods[-1]
     pod["status"]["containerStatuses"] = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
     cluster.converge()
-    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "True"
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "True"
 
     del pod["status"]["containerStatuses"]
     decision = cluster.converge(T1)
 
-    assert condition(cluster.serving["status"], reconciler.DEGRADED)["status"] == "False"
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "False"
     assert ("Normal", "Recovered") in [(e.type, e.reason) for e in decision.events]
 
 
@@ -534,7 +537,7 @@ def test_a_missing_leader_worker_set_api_is_a_condition_not_a_crash() -> None:
     ready = ready_condition(decision.status)
     assert (ready["status"], ready["reason"]) == ("False", "MissingPrerequisite")
     assert "leaderworkersets.leaderworkerset.x-k8s.io" in ready["message"]
-    assert condition(decision.status, reconciler.PLACED)["status"] == "Unknown"
+    assert condition(decision.status, reasons.PLACED)["status"] == "Unknown"
 
 
 def test_a_missing_compute_domain_api_matters_only_when_compute_domains_are_asked_for() -> None:
@@ -588,3 +591,68 @@ def test_warnings_about_an_accepted_spec_are_announced_once_per_generation() -> 
     warnings = [e for e in first.events if e.reason == "SpecWarning"]
     assert [(e.type, e.message) for e in warnings] == [("Warning", "; ".join(str(w) for w in sorted(review.warnings)))]
     assert [e.reason for e in cluster.converge().events if e.reason == "SpecWarning"] == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The scale subresource and the columns read what is written
+
+
+def written_statuses() -> list[dict[str, Any]]:
+    """The statuses the reconciler writes for a ready serving, an unplaceable one and an invalid one."""
+    ready = Cluster(serving(groups=2, nodes=2), two_racks())
+    ready.converge()
+    ready.run_groups(ready=True)
+    ready.converge(T1)
+    rack = [n for n in fb.rack(0) if n["metadata"]["name"] in ("rack-0-00", "rack-0-01")]
+    unplaced = Cluster(serving(groups=1, tensor=1, nodes=3), rack)
+    unplaced.converge()
+    invalid = Cluster(serving(groups=1, nodes=2, extraArgs=["--no-such-flag"]), two_racks())
+    invalid.converge()
+    return [c.serving["status"] for c in (ready, unplaced, invalid)]
+
+
+def test_every_status_field_the_crd_reads_is_one_the_operator_writes() -> None:
+    version = crd.definition()["spec"]["versions"][0]
+    scale = version["subresources"]["scale"]
+    paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
+    paths += [scale["statusReplicasPath"], scale["labelSelectorPath"]]
+    statuses = written_statuses()
+    telemetry = operator._status_metrics(None)  # every telemetry field, null until measured
+
+    for path in (p for p in paths if p.startswith(".status.")):
+        parsed = re.fullmatch(r'\.status\.(\w+)(?:\[\?\(@\.type=="(\w+)"\)\]\.(\w+))?', path)
+        assert parsed is not None, f"{path}: a path this test cannot read"
+        field, ctype, attr = parsed.groups()
+        if field in telemetry:
+            continue
+        if ctype is None:
+            assert any(s.get(field) is not None for s in statuses), f"{path}: nothing writes it"
+        else:
+            conditions = [c for s in statuses for c in s.get(field) or [] if c["type"] == ctype]
+            assert any(c.get(attr) is not None for c in conditions), f"{path}: nothing writes it"
+
+
+def test_the_scale_subresource_counts_ready_decode_groups_and_selects_their_leaders() -> None:
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups(ready=True)
+    cluster.converge(T1)
+
+    status = cluster.serving["status"]
+    assert status["replicas"] == 2
+    assert status["selector"] == (
+        "nvlfleet.io/serving=dsv41,nvlfleet.io/role=decode,leaderworkerset.sigs.k8s.io/worker-index=0"
+    )
+    wanted = dict(term.split("=") for term in status["selector"].split(","))
+    selected = [p for p in cluster.pods if wanted.items() <= p["metadata"]["labels"].items()]
+    assert len(selected) == 2 and {p["metadata"]["labels"][names.LWS_WORKER_INDEX_LABEL] for p in selected} == {"0"}
+
+
+def test_a_status_field_an_older_crd_prunes_does_not_make_every_pass_write() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    cluster.converge()  # settled: a third pass would write nothing
+    for field in ("replicas", "selector"):  # what the API server keeps of a write under the previous CRD
+        del cluster.serving["status"][field]
+
+    assert cluster.reconcile().status is None

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvlfleet import cli
-from nvlfleet.api import models, policy, problems
-from nvlfleet.core import inventory, planner, profile_data, profiles, render, validation
+from nvlfleet.api import models, names, policy, problems
+from nvlfleet.core import commandline, inventory, planner, profile_data, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 from support import fleetbuilder as fb
 from support import golden_cases
@@ -55,7 +55,7 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
 
 def launched(command: list[str], worker_index: int) -> list[str]:
     """What the worker launcher execs for ``LWS_WORKER_INDEX=worker_index`` (run in-process, exec patched)."""
-    assert command[:3] == [DIALECT.python, "-c", render.WORKER_LAUNCHER]
+    assert command[:3] == [DIALECT.python, "-c", commandline.WORKER_LAUNCHER]
     seen: list[list[str]] = []
 
     def execvp(file: str, argv: list[str]) -> None:
@@ -158,7 +158,7 @@ def example(name: str) -> dict[str, Any]:
 
 
 # Where nvlfleet's line differs from a validated example, and why (anything else must be equal).
-LWS_ADDRESS = {"--data-parallel-address": render.LEADER_ADDRESS}  # the example's IP is the leader pod's address
+LWS_ADDRESS = {"--data-parallel-address": commandline.LEADER_ADDRESS}  # the example's IP is the leader pod's address
 DEFAULTS_SPELLED_OUT = {"--gpu-memory-utilization", "--async-scheduling"}  # 0.92 and "on" are vLLM's defaults
 
 
@@ -175,7 +175,7 @@ def test_gb200_leader_and_worker_are_examples_a_and_b() -> None:
         diff = differences(options(argv), options(example(name)["args"]))
         graphs = diff.pop("--compilation-config")
         assert graphs[0] == {**graphs[1], "cudagraph_capture_sizes": [32, 64, 96, 128, 160, 192, 224, 256]}
-        assert diff.pop("--data-parallel-address")[0] == render.LEADER_ADDRESS
+        assert diff.pop("--data-parallel-address")[0] == commandline.LEADER_ADDRESS
         assert set(diff) == DEFAULTS_SPELLED_OUT and all(ours is None for ours, _ in diff.values())
     env = {e["name"]: e.get("value") for e in container(templates(lws)[0])["env"]}
     assert {
@@ -189,7 +189,7 @@ def test_gb300_dp16_leader_is_example_c_without_the_long_context_indexer() -> No
 
     diff = differences(options(leader), options(example("gb300_throughput_leader")["args"]))
     assert diff.pop("--attention-config") == (None, {"indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True})
-    assert diff.pop("--data-parallel-address")[0] == render.LEADER_ADDRESS
+    assert diff.pop("--data-parallel-address")[0] == commandline.LEADER_ADDRESS
     assert set(diff) == {
         "--compilation-config",
         "--reasoning-parser",
@@ -258,7 +258,7 @@ def test_rendering_never_raises_and_every_group_runs_each_dp_rank_once(
     manifests = render.render(serving, placement)
 
     for lws in kinds(manifests, "LeaderWorkerSet"):
-        role = models.RoleName(lws["metadata"]["labels"][render.ROLE_LABEL])
+        role = models.RoleName(lws["metadata"]["labels"][names.ROLE_LABEL])
         topology = models.role_topology(serving.spec.gpu, profiles.role_spec(serving.spec, role))
         assert lws["spec"]["leaderWorkerTemplate"]["size"] == topology.nodes_per_group
         assert sorted(dp_ranks(lws)) == list(range(topology.data))

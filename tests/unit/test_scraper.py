@@ -24,7 +24,7 @@ from nvlfleet.adapters.scraper import RoundReport, Scraper
 from nvlfleet.api import metric_names as names
 from nvlfleet.api import models, problems
 from nvlfleet.core.group_telemetry import Target
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # 2026-10-20 16:30:00 UTC: the off-peak window below starts here; scenarios before it pay full price.
@@ -70,7 +70,7 @@ class Fleet:
 
     def __init__(self, timeout: float = 2.0) -> None:
         self.clock = FakeClock(T - 3600)  # the servers started an hour before the scenario's times
-        self.sim = vllmsim.Simulator(clock=self.clock)
+        self.sim = simulator.Simulator(clock=self.clock)
         self.metrics = OperatorMetrics()
         self.scraper = Scraper(self.metrics, clock=self.clock, timeout=timeout)
         self.targets: dict[tuple[str, str], list[Target]] = {}

@@ -20,7 +20,7 @@ from prometheus_client import parser
 
 from nvlfleet.commands import simulate
 from nvlfleet.facts import vllm_metrics
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 T0 = 1_790_000_000.0  # any fixed wall-clock second
 
@@ -210,16 +210,16 @@ def test_an_impossible_load_is_refused() -> None:
 # HTTP
 
 
-def serve(test: Callable[[vllmsim.Simulator, aiohttp.ClientSession], Awaitable[None]]) -> None:
+def serve(test: Callable[[simulator.Simulator, aiohttp.ClientSession], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with vllmsim.Simulator(clock=FakeClock()) as sim, aiohttp.ClientSession() as http:
+        async with simulator.Simulator(clock=FakeClock()) as sim, aiohttp.ClientSession() as http:
             await test(sim, http)
 
     asyncio.run(main())
 
 
 def test_http_endpoints_answer_like_vllm() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN, model_name="ds-flash")
         async with http.get(ep.url + "/health") as r:
             assert r.status == 200
@@ -235,7 +235,7 @@ def test_http_endpoints_answer_like_vllm() -> None:
 
 
 def test_garbage_mode_serves_an_exposition_no_parser_accepts() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN)
         await sim.set_mode(ep, "garbage")
         async with http.get(ep.url + "/metrics") as r:
@@ -247,7 +247,7 @@ def test_garbage_mode_serves_an_exposition_no_parser_accepts() -> None:
 
 
 def test_slow_mode_answers_after_the_delay() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN, slow_seconds=5)
         await sim.set_mode(ep, vllmsim.Mode.SLOW)
         with pytest.raises(TimeoutError):
@@ -258,7 +258,7 @@ def test_slow_mode_answers_after_the_delay() -> None:
 
 
 def test_down_refuses_connections_until_it_comes_back() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN)
         await sim.set_mode(ep, vllmsim.Mode.DOWN)
         with pytest.raises(aiohttp.ClientConnectorError):
@@ -272,7 +272,7 @@ def test_down_refuses_connections_until_it_comes_back() -> None:
 
 
 def test_down_for_a_while_comes_back_by_itself() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN)
         await sim.set_mode(ep, vllmsim.Mode.DOWN, seconds=0.2)
         await asyncio.sleep(0.5)
@@ -283,7 +283,7 @@ def test_down_for_a_while_comes_back_by_itself() -> None:
 
 
 def test_control_routes_switch_modes_and_loads() -> None:
-    async def check(sim: vllmsim.Simulator, http: aiohttp.ClientSession) -> None:
+    async def check(sim: simulator.Simulator, http: aiohttp.ClientSession) -> None:
         ep = await sim.add("127.0.0.1", 0, load=PLAIN)
         async with http.post(ep.url + "/_sim/mode", params={"mode": "stall"}) as r:
             assert (await r.json())["mode"] == "stall"
@@ -299,12 +299,12 @@ def test_control_routes_switch_modes_and_loads() -> None:
 
 def test_many_endpoints_on_one_port_across_loopback_addresses() -> None:
     async def main() -> None:
-        first = vllmsim.Simulator()
+        first = simulator.Simulator()
         probe = await first.add("127.0.0.1", 0, load=PLAIN)
         port = probe.port
         await first.close()
         addresses = [(f"127.0.1.{i}", port) for i in range(1, 31)]
-        sim = await vllmsim.start_many(addresses, load=PLAIN, engines=2)
+        sim = await simulator.start_many(addresses, load=PLAIN, engines=2)
         try:
             async with aiohttp.ClientSession() as http:
                 for ep in sim.endpoints[::7]:

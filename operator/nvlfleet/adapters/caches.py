@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nvlfleet.core import inventory
+from nvlfleet.api import names
 
 
 def requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
@@ -22,7 +22,7 @@ def requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
         for container in spec.get(field) or []:
             resources = container.get("resources") or {}
             for kind in ("limits", "requests"):
-                if str((resources.get(kind) or {}).get(inventory.GPU_RESOURCE, "0")) not in ("0", ""):
+                if str((resources.get(kind) or {}).get(names.GPU_RESOURCE, "0")) not in ("0", ""):
                     return True
     return False
 
@@ -84,7 +84,7 @@ def node_summary(body: Mapping[str, Any]) -> tuple[Any, ...]:
         tuple(sorted(node["metadata"]["labels"].items())),
         node["spec"]["unschedulable"],
         tuple(sorted((t.get("key"), t.get("value"), t.get("effect")) for t in node["spec"]["taints"])),
-        str(node["status"]["allocatable"].get(inventory.GPU_RESOURCE, "0")),
+        str(node["status"]["allocatable"].get(names.GPU_RESOURCE, "0")),
         tuple((c["type"], c["status"]) for c in node["status"]["conditions"]),
     )
 

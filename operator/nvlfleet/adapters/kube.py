@@ -7,11 +7,13 @@ event loop never blocks. No decisions are taken here: ``nvlfleet.core.reconciler
 
 Rules this module enforces, whoever calls it:
 
-* **One field manager.** Children are written with server-side apply as ``nvlfleet``, with ``force`` because
-  nvlfleet owns every field it renders; fields nobody renders stay with whoever set them (LWS defaults, HPA).
+* **One field manager.** Children are written with server-side apply as ``nvlfleet`` (``names.FIELD_MANAGER``),
+  with ``force`` because nvlfleet owns every field it renders; fields nobody renders stay with whoever set them
+  (LWS defaults, HPA).
 * **Nothing nvlfleet did not create is ever deleted.** ``delete_child`` refuses an object unless it carries the
   ``app.kubernetes.io/managed-by=nvlfleet`` and ``nvlfleet.io/serving=<name>`` labels *and* a controller owner
-  reference to that serving's uid, and it deletes with a uid precondition so a same-named successor survives.
+  reference to that serving's uid (``nvlfleet.api.ownership``, the rule the reconciler decides by), and it deletes
+  with a uid precondition so a same-named successor survives.
 * **An unreachable API server is an ApiError** (503 Unavailable): callers retry it like any refusal.
 * **Status is merge-patched** on the ``/status`` subresource, so the reconciler's fields and the telemetry
   fields (written separately, rate-limited) never erase each other.
@@ -20,7 +22,6 @@ Rules this module enforces, whoever calls it:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import json
 import logging
@@ -33,68 +34,18 @@ import kubernetes
 import urllib3
 
 from nvlfleet.adapters import decoding
-from nvlfleet.core import reconciler
-
-FIELD_MANAGER = "nvlfleet"
-COMPONENT = "nvlfleet"
+from nvlfleet.api import names, ownership
 
 logger = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    """A resource type: enough to build its REST paths without discovery."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def version(self) -> str:
-        return self.api_version.rpartition("/")[2]
-
-    @property
-    def base(self) -> str:
-        return f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        parts = [self.base]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-        if subresource:
-            parts.append(subresource)
-        return "/".join(parts)
-
-    @property
-    def crd_name(self) -> str:
-        return f"{self.plural}.{self.group}"
+# Every type nvlfleet reads or writes, by (apiVersion, kind): what an object's REST path is built from.
+_BY_KIND = {
+    (k.api_version, k.kind): k
+    for k in (*names.CHILD_KINDS, names.DEEPSEEK_SERVING, names.POD, names.NODE, names.EVENT, names.LEASE)
+}
 
 
-DEEPSEEK_SERVING = Kind("nvlfleet.io/v1alpha1", "DeepSeekServing", "deepseekservings")
-LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
-COMPUTE_DOMAIN = Kind("resource.nvidia.com/v1beta1", "ComputeDomain", "computedomains")
-POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors")
-SERVICE = Kind("v1", "Service", "services")
-POD = Kind("v1", "Pod", "pods")
-NODE = Kind("v1", "Node", "nodes", namespaced=False)
-EVENT = Kind("v1", "Event", "events")
-LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
-
-# Every kind a serving can own, in the order children are applied (ComputeDomains before the LeaderWorkerSets
-# whose pods claim them; the Service last).
-CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_MONITOR)
-_BY_KIND = {(k.api_version, k.kind): k for k in (*CHILD_KINDS, DEEPSEEK_SERVING, POD, NODE, EVENT, LEASE)}
-
-
-def kind_of(obj: Mapping[str, Any]) -> Kind:
+def kind_of(obj: Mapping[str, Any]) -> names.Kind:
     """The Kind of an object by its apiVersion and kind; raises KeyError for a type nvlfleet never writes."""
     return _BY_KIND[(str(obj.get("apiVersion")), str(obj.get("kind")))]
 
@@ -179,7 +130,7 @@ class Api:
 
     # -- reads ----------------------------------------------------------------------------------------------
 
-    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def get(self, kind: names.Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
             obj: dict[str, Any] = self.request("GET", kind.path(namespace, name))
         except ApiError as err:
@@ -189,7 +140,7 @@ class Api:
         return obj
 
     def list_objects(
-        self, kind: Kind, namespace: str | None = None, selector: Mapping[str, str] | None = None
+        self, kind: names.Kind, namespace: str | None = None, selector: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
         """Every object of ``kind`` (in ``namespace``, or everywhere), matching the label ``selector``."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))] if selector else []
@@ -200,7 +151,7 @@ class Api:
             item.setdefault("kind", kind.kind)
         return items
 
-    def served(self, kind: Kind) -> bool:
+    def served(self, kind: names.Kind) -> bool:
         """Whether the API server serves ``kind`` now (its CRD is installed and established)."""
         try:
             answer = self.request("GET", kind.base)
@@ -216,7 +167,7 @@ class Api:
         """Server-side apply ``obj`` as the ``nvlfleet`` field manager, taking over conflicting fields."""
         kind = kind_of(obj)
         meta = obj["metadata"]
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        query = [("fieldManager", names.FIELD_MANAGER), ("force", "true")]
         if dry_run:
             query.append(("dryRun", "All"))
         answer: dict[str, Any] = self.request(
@@ -233,7 +184,7 @@ class Api:
 
         Background propagation: the LeaderWorkerSet controller's pods go with their owner as usual.
         """
-        if not reconciler.is_child_of(obj, serving_name, serving_uid):
+        if not ownership.is_child_of(obj, serving_name, serving_uid):
             logger.warning("refusing to delete %s: not a child of serving %s", describe(obj), serving_name)
             return False
         kind = kind_of(obj)
@@ -252,7 +203,7 @@ class Api:
             raise
         return True
 
-    def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    def patch_status(self, kind: names.Kind, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch ``status``: keys given are set (None removes one), keys not given are left alone."""
         answer: dict[str, Any] = self.request(
             "PATCH",
@@ -271,8 +222,8 @@ class Api:
         now = datetime.datetime.now(datetime.UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
-            "apiVersion": "v1",
-            "kind": "Event",
+            "apiVersion": names.EVENT.api_version,
+            "kind": names.EVENT.kind,
             "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion"),
@@ -285,15 +236,15 @@ class Api:
             "reason": reason,
             "message": message[:1024],
             "action": action,
-            "source": {"component": COMPONENT},
-            "reportingComponent": f"{COMPONENT}.io/operator",
-            "reportingInstance": os.environ.get("HOSTNAME", COMPONENT),
+            "source": {"component": names.COMPONENT},
+            "reportingComponent": f"{names.COMPONENT}.io/operator",
+            "reportingInstance": os.environ.get("HOSTNAME", names.COMPONENT),
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "count": 1,
         }
-        self.request("POST", EVENT.path(namespace), body=event)
+        self.request("POST", names.EVENT.path(namespace), body=event)
 
     # -- leases (leader election) ---------------------------------------------------------------------------
 
@@ -305,11 +256,11 @@ class Api:
         """
         now = datetime.datetime.now(datetime.UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        lease = self.get(LEASE, namespace, name)
+        lease = self.get(names.LEASE, namespace, name)
         if lease is None:
             body = {
-                "apiVersion": LEASE.api_version,
-                "kind": LEASE.kind,
+                "apiVersion": names.LEASE.api_version,
+                "kind": names.LEASE.kind,
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {
                     "holderIdentity": identity,
@@ -320,7 +271,7 @@ class Api:
                 },
             }
             try:
-                self.request("POST", LEASE.path(namespace), body=body)
+                self.request("POST", names.LEASE.path(namespace), body=body)
             except ApiError as err:
                 if err.conflict:
                     return False
@@ -339,7 +290,7 @@ class Api:
         spec.update(holderIdentity=identity, renewTime=stamp, leaseDurationSeconds=duration_seconds)
         lease["spec"] = spec
         try:
-            self.request("PUT", LEASE.path(namespace, name), body=lease)
+            self.request("PUT", names.LEASE.path(namespace, name), body=lease)
         except ApiError as err:
             if err.conflict:
                 return False
@@ -348,12 +299,12 @@ class Api:
 
     def release_lease(self, namespace: str, name: str, identity: str) -> None:
         """Give the Lease up on a clean shutdown so a standby takes over at once instead of after expiry."""
-        lease = self.get(LEASE, namespace, name)
+        lease = self.get(names.LEASE, namespace, name)
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != identity:
             return
         lease["spec"]["holderIdentity"] = None
         try:
-            self.request("PUT", LEASE.path(namespace, name), body=lease)
+            self.request("PUT", names.LEASE.path(namespace, name), body=lease)
         except ApiError as err:
             if not err.conflict:
                 raise

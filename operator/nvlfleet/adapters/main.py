@@ -34,12 +34,12 @@ import kopf
 from nvlfleet.adapters import caches, decoding, exporter, kube, nudges, webhook
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
-from nvlfleet.api import models, problems
-from nvlfleet.core import inventory, reconciler
+from nvlfleet.api import names, problems
+from nvlfleet.core import inventory
 
 log = logging.getLogger("nvlfleet")
 
-DSS = (models.GROUP, models.VERSION, models.PLURAL)
+DSS = (names.GROUP, names.VERSION, names.PLURAL)
 INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws")
 
 
@@ -232,30 +232,26 @@ async def node_event(name: str, body: kopf.Body, type: str, memo: kopf.Memo, **_
 async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any) -> None:
     op = _operator(memo)
     op.changed()
-    serving = (body.get("metadata", {}).get("labels") or {}).get(reconciler.SERVING_LABEL)
+    serving = (body.get("metadata", {}).get("labels") or {}).get(names.SERVING_LABEL)
     if serving and namespace and op.watched(namespace):
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED" or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
         op.capacity_freed()
 
 
-@kopf.index(
-    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
-)
+@kopf.index("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
 def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
     return {None: caches.trim_lws(body)}
 
 
-@kopf.on.event(
-    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY}
-)
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
 async def lws_event(
     namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
 ) -> None:
     op = _operator(memo)
     op.written.seen(body, deleted=type == "DELETED")
     op.changed()
-    serving = labels.get(reconciler.SERVING_LABEL)
+    serving = labels.get(names.SERVING_LABEL)
     if serving and namespace and op.watched(namespace):
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED":

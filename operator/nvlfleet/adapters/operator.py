@@ -44,7 +44,7 @@ from typing import Any
 
 from nvlfleet.adapters import caches, exporter, kube, nudges, scraper
 from nvlfleet.adapters.config import Config
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, names, ownership, problems
 from nvlfleet.core import group_telemetry, inventory, reconciler
 
 log = logging.getLogger("nvlfleet")
@@ -111,7 +111,7 @@ class Operator:
         api = self._api()
         async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
-                serving = await asyncio.to_thread(api.get, kube.DEEPSEEK_SERVING, key.namespace, key.name)
+                serving = await asyncio.to_thread(api.get, names.DEEPSEEK_SERVING, key.namespace, key.name)
                 if serving is None:
                     self.forget(key)
                     return None
@@ -187,7 +187,7 @@ class Operator:
         """``snap`` with nodes, GPU pods and the fleet from the watch caches, and their ``reconciler.FleetView``:
         computed once and shared by every pass until one of those objects changes (``changed``)."""
         version = self._version  # read before the caches: a view is never filed under a newer version than its data
-        lws = kube.LEADER_WORKER_SET.kind in snap.served
+        lws = names.LEADER_WORKER_SET.kind in snap.served
         snap = dataclasses.replace(
             snap,
             nodes=list(_store(self.indices, "fleet_nodes")),
@@ -197,7 +197,7 @@ class Operator:
         )
         spec = snap.serving.get("spec")
         placement = (spec.get("placement") or {}) if isinstance(spec, Mapping) else None
-        label = placement.get("domainLabel", models.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
+        label = placement.get("domainLabel", names.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
         if not isinstance(label, str):
             return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
         filed = self._views.get(label)
@@ -216,13 +216,13 @@ class Operator:
         one."""
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
-        served = frozenset(k.kind for k in kube.CHILD_KINDS if k is kube.SERVICE or self._is_served(api, k))
-        selector = {reconciler.MANAGED_BY_LABEL: reconciler.MANAGED_BY, reconciler.SERVING_LABEL: name}
+        served = frozenset(k.kind for k in names.CHILD_KINDS if k is names.SERVICE or self._is_served(api, k))
+        selector = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.SERVING_LABEL: name}
         children: list[dict[str, Any]] = []
         # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
         # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
         labelable = len(name) <= LABEL_VALUE_MAX
-        for kind in kube.CHILD_KINDS:
+        for kind in names.CHILD_KINDS:
             if kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
         now = datetime.datetime.now(datetime.UTC)
@@ -231,7 +231,7 @@ class Operator:
         )
         return self._cached(snap)
 
-    def _is_served(self, api: kube.Api, kind: kube.Kind) -> bool:
+    def _is_served(self, api: kube.Api, kind: names.Kind) -> bool:
         """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""
         answer, at = self._served.get(kind.kind, (False, 0.0))
         if answer and time.monotonic() - at < 60:
@@ -254,7 +254,7 @@ class Operator:
             if (obj["kind"], obj["metadata"]["name"]) not in names:
                 continue
             there = api.get(kube.kind_of(obj), obj["metadata"].get("namespace"), obj["metadata"]["name"])
-            if there is not None and not reconciler.is_child_of(there, meta["name"], meta.get("uid", "")):
+            if there is not None and not ownership.is_child_of(there, meta["name"], meta.get("uid", "")):
                 found.append(there)
         return found
 
@@ -263,7 +263,7 @@ class Operator:
         meta = serving["metadata"]
         for obj in decision.apply:
             applied = api.apply(obj)
-            if obj["kind"] == kube.LEADER_WORKER_SET.kind:
+            if obj["kind"] == names.LEADER_WORKER_SET.kind:
                 self.written.note(caches.trim_lws(applied))
                 self.changed()
             log.info("applied %s", kube.describe(obj))
@@ -276,7 +276,7 @@ class Operator:
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         if decision.status is not None:
-            api.patch_status(kube.DEEPSEEK_SERVING, namespace, name, decision.status)
+            api.patch_status(names.DEEPSEEK_SERVING, namespace, name, decision.status)
             conditions = " ".join(f"{c['type']}={c['status']}" for c in decision.status["conditions"])
             log.info("status of %s/%s: ready %s, %s", namespace, name, decision.status.get("ready"), conditions)
         for event in decision.events:
@@ -301,7 +301,7 @@ class Operator:
 
     def _remember(self, key: inventory.ServingKey, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
         spec = serving.get("spec") or {}
-        label = (spec.get("placement") or {}).get("domainLabel", models.DEFAULT_DOMAIN_LABEL)
+        label = (spec.get("placement") or {}).get("domainLabel", names.DEFAULT_DOMAIN_LABEL)
         domains = frozenset(d for per in decision.placement.values() for d in per)
         self.known[key] = _Known(label, domains, decision.unplaced)
         if decision.free_nodes:
@@ -340,7 +340,7 @@ class Operator:
             if seen is not None:
                 labels.update(seen[0])
         for key, known in self.known.items():
-            domain = labels.get(known.domain_label) or labels.get(inventory.HOSTNAME_LABEL)
+            domain = labels.get(known.domain_label) or labels.get(names.HOSTNAME_LABEL)
             if known.unplaced or domain in known.domains:
                 self.nudges.add(key)
 
@@ -364,11 +364,11 @@ class Operator:
         for pod in _store(self.indices, "gpu_pods"):
             meta = pod["metadata"]
             labels = meta.get("labels") or {}
-            if (meta.get("namespace"), labels.get(reconciler.SERVING_LABEL)) != (key.namespace, key.name):
+            if (meta.get("namespace"), labels.get(names.SERVING_LABEL)) != (key.namespace, key.name):
                 continue
             if labels.get(LEADER_INDEX_LABEL) != "0" or not pod["status"].get("podIP") or not _ready(pod):
                 continue
-            role = labels.get(reconciler.ROLE_LABEL, "decode")
+            role = labels.get(names.ROLE_LABEL, "decode")
             role_spec = parsed.spec.roles.prefill if role == "prefill" else parsed.spec.roles.decode
             if role_spec is None:
                 continue
@@ -411,7 +411,7 @@ class Operator:
             if fields == self.status_metrics.get(key) or not self.may_write():
                 continue
             try:
-                await asyncio.to_thread(api.patch_status, kube.DEEPSEEK_SERVING, key.namespace, key.name, fields)
+                await asyncio.to_thread(api.patch_status, names.DEEPSEEK_SERVING, key.namespace, key.name, fields)
             except kube.ApiError as err:
                 if not err.not_found:
                     log.warning("could not write telemetry status of %s: %s", key, err)

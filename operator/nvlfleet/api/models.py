@@ -1,6 +1,8 @@
-"""The DeepSeekServing API (group ``nvlfleet.io``, version ``v1alpha1``) as typed pydantic models.
+"""The DeepSeekServing API (group ``nvlfleet.io``, version ``v1alpha1``) as typed pydantic models: the spec.
 
-This module is the single source of the API: the CRD in ``crds/`` is generated from it (``nvlfleet.api.crd``), the
+This module and its neighbours are the single source of the API (``kubetypes``: the Kubernetes types the spec
+embeds; ``servingstatus``: the status; ``schema``: the base type and CEL rules; ``names``: the group, version and
+kind): the CRD in ``crds/`` is generated from it (``nvlfleet.api.crd``), the
 validator and the renderer read it, and the operator parses every object it sees with it. It sits at the very
 start of the data flow (spec → validate → plan → render → apply → status) and is pure: no Kubernetes client, no
 kopf, no clock.
@@ -14,53 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import alias_generators
 
+from nvlfleet.api import kubetypes, names, schema, servingstatus
 from nvlfleet.facts import hardware
-
-GROUP = "nvlfleet.io"
-VERSION = "v1alpha1"
-API_VERSION: Final = "nvlfleet.io/v1alpha1"
-KIND: Final = "DeepSeekServing"
-PLURAL = "deepseekservings"
-SINGULAR = "deepseekserving"
-SHORT_NAMES = ["dss"]
-CATEGORIES = ["nvlfleet"]
 
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_SPECULATIVE_TOKENS = 3
-DEFAULT_DOMAIN_LABEL = "nvidia.com/gpu.clique"
 DEFAULT_MIN_BATCH = 8
 DEFAULT_MAX_BATCH = 256
 
-# A DNS-1123 label: what a Secret, PVC or container name must be.
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
-
-
-class _Model(pydantic.BaseModel):
-    """Base of every API type: camelCase on the wire, unknown fields refused (typos are errors)."""
-
-    model_config = pydantic.ConfigDict(
-        alias_generator=alias_generators.to_camel,
-        populate_by_name=True,
-        extra="forbid",
-    )
-
-    def to_wire(self) -> dict[str, Any]:
-        """The object as it is written to the API server: camelCase, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
-    """``json_schema_extra`` carrying CEL rules (rule, message) into the generated CRD."""
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Enumerations
@@ -102,34 +72,34 @@ class RoleName(enum.StrEnum):
 # Model and runtime
 
 
-class SecretKeyRef(_Model):
+class SecretKeyRef(schema.Model):
     """A key in a Secret of the serving's namespace. The value is never copied into the serving."""
 
-    name: Annotated[str, pydantic.Field(description="Name of the Secret.", pattern=_DNS_LABEL, max_length=253)]
+    name: Annotated[str, pydantic.Field(description="Name of the Secret.", pattern=schema.DNS_LABEL, max_length=253)]
     key: Annotated[str, pydantic.Field(description="Key inside the Secret.", min_length=1, max_length=253)] = "token"
 
 
-class PvcCache(_Model):
+class PvcCache(schema.Model):
     """Weights cached on a PersistentVolumeClaim shared by the serving's pods."""
 
     claim_name: Annotated[
         str,
-        pydantic.Field(description="Name of the PersistentVolumeClaim.", pattern=_DNS_LABEL, max_length=253),
+        pydantic.Field(description="Name of the PersistentVolumeClaim.", pattern=schema.DNS_LABEL, max_length=253),
     ]
     sub_path: Annotated[str | None, pydantic.Field(description="Sub-path inside the volume.", max_length=1024)] = None
 
 
-class HostPathCache(_Model):
+class HostPathCache(schema.Model):
     """Weights cached on a directory of every node (e.g. local NVMe)."""
 
     path: Annotated[str, pydantic.Field(description="Absolute directory on the node.", pattern=r"^/.*")]
 
 
-class WeightsSpec(_Model):
+class WeightsSpec(schema.Model):
     """Where the weights come from and where they are cached."""
 
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=schema.cel(
             ("self.cache != 'pvc' || has(self.pvc)", "cache 'pvc' needs weights.pvc.claimName"),
             (
                 "self.cache != 'hostPath' || has(self.hostPath)",
@@ -153,7 +123,7 @@ class WeightsSpec(_Model):
     ] = "/models"
 
 
-class ModelSpec(_Model):
+class ModelSpec(schema.Model):
     """The model to serve."""
 
     name: Annotated[
@@ -193,7 +163,7 @@ class ModelSpec(_Model):
     ] = None
 
 
-class RuntimeSpec(_Model):
+class RuntimeSpec(schema.Model):
     """The vLLM container."""
 
     image: Annotated[
@@ -216,7 +186,7 @@ class RuntimeSpec(_Model):
         Literal["Always", "IfNotPresent", "Never"], pydantic.Field(description="Image pull policy.")
     ] = "IfNotPresent"
     image_pull_secrets: Annotated[
-        list[Annotated[str, pydantic.Field(pattern=_DNS_LABEL, max_length=253)]],
+        list[Annotated[str, pydantic.Field(pattern=schema.DNS_LABEL, max_length=253)]],
         pydantic.Field(description="Names of Secrets used to pull the image.", max_length=16),
     ] = pydantic.Field(default_factory=list)
 
@@ -225,11 +195,11 @@ class RuntimeSpec(_Model):
 # Roles and parallelism
 
 
-class Parallelism(_Model):
+class Parallelism(schema.Model):
     """How one engine group splits the model: tensor × data GPUs, spread over whole nodes."""
 
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=schema.cel(
             (
                 "!has(self.data) || !has(self.nodesPerGroup) || self.data >= self.nodesPerGroup",
                 "data must be at least nodesPerGroup: every node runs one or more data-parallel ranks",
@@ -270,11 +240,11 @@ class Parallelism(_Model):
     ] = None
 
 
-class RoleSpec(_Model):
+class RoleSpec(schema.Model):
     """One engine role: how many groups, and how each group is split."""
 
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=schema.cel(
             (
                 "!has(self.maxNumSeqs) || !has(self.maxNumBatchedTokens) "
                 "|| self.maxNumBatchedTokens >= self.maxNumSeqs",
@@ -299,7 +269,7 @@ class RoleSpec(_Model):
     ] = None
 
 
-class Roles(_Model):
+class Roles(schema.Model):
     """Engine roles. Prefill is optional; with it, prefill and decode are disaggregated."""
 
     decode: Annotated[RoleSpec, pydantic.Field(description="Decode engines (or unified engines without prefill).")]
@@ -312,7 +282,7 @@ class Roles(_Model):
 # Decoding and kernels
 
 
-class SpeculativeSpec(_Model):
+class SpeculativeSpec(schema.Model):
     """Speculative decoding (DSpark for DeepSeek-V4.1, MTP for earlier families)."""
 
     enabled: Annotated[bool, pydantic.Field(description="Use speculative decoding.")] = True
@@ -329,7 +299,7 @@ class SpeculativeSpec(_Model):
     )
 
 
-class DualBatchOverlap(_Model):
+class DualBatchOverlap(schema.Model):
     """Dual batch overlap: hide the expert all-to-all behind the other micro-batch's GEMMs."""
 
     enabled: Annotated[bool | None, pydantic.Field(description="Enable DBO (--enable-dbo).")] = None
@@ -341,7 +311,7 @@ class DualBatchOverlap(_Model):
     ] = None
 
 
-class ExpertLoadBalancing(_Model):
+class ExpertLoadBalancing(schema.Model):
     """Expert load balancing (EPLB) and redundant experts."""
 
     enabled: Annotated[bool | None, pydantic.Field(description="Enable EPLB (--enable-eplb).")] = None
@@ -357,12 +327,12 @@ class ExpertLoadBalancing(_Model):
     step_interval: Annotated[int | None, pydantic.Field(description="Steps between rebalances.", ge=1)] = None
 
 
-class CudaGraphSpec(_Model):
+class CudaGraphSpec(schema.Model):
     """CUDA graphs: the mode and the batch sizes captured."""
 
     # The CRD does not default minBatch/maxBatch (the profile tells set from unset), so the rule supplies them.
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
+        json_schema_extra=schema.cel(
             (
                 f"(has(self.minBatch) ? self.minBatch : {DEFAULT_MIN_BATCH}) "
                 f"<= (has(self.maxBatch) ? self.maxBatch : {DEFAULT_MAX_BATCH})",
@@ -389,7 +359,7 @@ class CudaGraphSpec(_Model):
     ] = DEFAULT_MAX_BATCH
 
 
-class KernelSpec(_Model):
+class KernelSpec(schema.Model):
     """Kernel choices. Every field left unset is chosen by the tuning profile for the GPU and vLLM version."""
 
     attention_backend: Annotated[
@@ -420,7 +390,7 @@ class KernelSpec(_Model):
 # Placement, pricing, pod
 
 
-class PlacementSpec(_Model):
+class PlacementSpec(schema.Model):
     """Where groups go: which label names the NVLink domain, and how groups share domains."""
 
     domain_label: Annotated[
@@ -430,7 +400,7 @@ class PlacementSpec(_Model):
             max_length=317,
             pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         ),
-    ] = DEFAULT_DOMAIN_LABEL
+    ] = names.DEFAULT_DOMAIN_LABEL
     strategy: Annotated[
         Literal["pack", "spread"],
         pydantic.Field(
@@ -443,11 +413,11 @@ class PlacementSpec(_Model):
     ] = True
 
 
-class PriceWindow(_Model):
+class PriceWindow(schema.Model):
     """A UTC time-of-day window during which prices are multiplied (e.g. off-peak 0.5, peak 2)."""
 
     model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(("self.start != self.end", "a price window must not be empty (start == end)"))
+        json_schema_extra=schema.cel(("self.start != self.end", "a price window must not be empty (start == end)"))
     )
 
     name: Annotated[str, pydantic.Field(description="Label for the window, e.g. off-peak.", max_length=63)]
@@ -464,7 +434,7 @@ class PriceWindow(_Model):
     multiplier: Annotated[float, pydantic.Field(description="Price multiplier inside the window.", gt=0, le=100)]
 
 
-class PricingSpec(_Model):
+class PricingSpec(schema.Model):
     """Prices per 1M tokens, the currency, and an optional time-of-day schedule (UTC)."""
 
     currency: Annotated[str, pydantic.Field(description="ISO 4217 currency code.", pattern=r"^[A-Z]{3}$")] = "USD"
@@ -484,7 +454,7 @@ class PricingSpec(_Model):
     ] = None
 
 
-class ParitySpec(_Model):
+class ParitySpec(schema.Model):
     """A reference throughput the parity gauge compares against (e.g. a vendor engine's published figure)."""
 
     reference_tokens_per_second_per_gpu: Annotated[
@@ -492,167 +462,7 @@ class ParitySpec(_Model):
     ] = None
 
 
-_ABSOLUTE_PATH = r"^/"
-
-
-class Toleration(_Model):
-    """A Kubernetes Toleration (the fields the scheduler reads; ``nvlfleet.inventory`` checks their values)."""
-
-    key: Annotated[
-        str | None, pydantic.Field(description="Taint key; empty with Exists: every taint.", max_length=316)
-    ] = None
-    operator: Annotated[str | None, pydantic.Field(description="Equal (default) or Exists.", max_length=16)] = None
-    value: Annotated[str | None, pydantic.Field(description="Taint value (with Equal).", max_length=63)] = None
-    effect: Annotated[
-        str | None, pydantic.Field(description="NoSchedule, PreferNoSchedule or NoExecute; empty: all.", max_length=32)
-    ] = None
-    toleration_seconds: Annotated[
-        int | None, pydantic.Field(description="How long a NoExecute taint is tolerated.", ge=0)
-    ] = None
-
-
-class KeyToPath(_Model):
-    """A key of a ConfigMap or Secret projected to a file."""
-
-    key: Annotated[str, pydantic.Field(description="The key.", min_length=1, max_length=253)]
-    path: Annotated[
-        str, pydantic.Field(description="Relative file path.", min_length=1, max_length=4096, pattern=r"^[^/]")
-    ]
-    mode: Annotated[int | None, pydantic.Field(description="File mode bits (0-0777).", ge=0, le=0o777)] = None
-
-
-class PvcVolumeSource(_Model):
-    """A PersistentVolumeClaim in the serving's namespace."""
-
-    claim_name: Annotated[str, pydantic.Field(description="The claim's name.", min_length=1, max_length=253)]
-    read_only: Annotated[bool | None, pydantic.Field(description="Mount read-only.")] = None
-
-
-class ConfigMapVolumeSource(_Model):
-    """A ConfigMap's keys as files."""
-
-    name: Annotated[str, pydantic.Field(description="The ConfigMap.", min_length=1, max_length=253)]
-    items: Annotated[list[KeyToPath] | None, pydantic.Field(description="Keys to project.", max_length=64)] = None
-    default_mode: Annotated[int | None, pydantic.Field(description="File mode bits.", ge=0, le=0o777)] = None
-    optional: Annotated[bool | None, pydantic.Field(description="Whether the ConfigMap may be missing.")] = None
-
-
-class SecretVolumeSource(_Model):
-    """A Secret's keys as files."""
-
-    secret_name: Annotated[str, pydantic.Field(description="The Secret.", min_length=1, max_length=253)]
-    items: Annotated[list[KeyToPath] | None, pydantic.Field(description="Keys to project.", max_length=64)] = None
-    default_mode: Annotated[int | None, pydantic.Field(description="File mode bits.", ge=0, le=0o777)] = None
-    optional: Annotated[bool | None, pydantic.Field(description="Whether the Secret may be missing.")] = None
-
-
-class EmptyDirVolumeSource(_Model):
-    """A scratch directory that lives as long as the pod."""
-
-    medium: Annotated[Literal["", "Memory"] | None, pydantic.Field(description='"" (node disk) or Memory.')] = None
-    size_limit: Annotated[
-        str | int | None, pydantic.Field(description="Most it may hold, a Kubernetes quantity such as 64Gi.")
-    ] = None
-
-
-class HostPathVolumeSource(_Model):
-    """A directory of the node (allowed only under the prefixes the cluster admin's policy names)."""
-
-    path: Annotated[
-        str, pydantic.Field(description="Absolute path on the node.", max_length=4096, pattern=_ABSOLUTE_PATH)
-    ]
-    type: Annotated[
-        Literal["", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice"]
-        | None,
-        pydantic.Field(description="What must be at the path."),
-    ] = None
-
-
-class Volume(_Model):
-    """An extra pod volume: a typed subset of the Kubernetes Volume (one source each)."""
-
-    model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
-            (
-                " + ".join(
-                    f"(has(self.{source}) ? 1 : 0)"
-                    for source in ("persistentVolumeClaim", "configMap", "secret", "emptyDir", "hostPath")
-                )
-                + " == 1",
-                "set exactly one of persistentVolumeClaim, configMap, secret, emptyDir and hostPath",
-            ),
-        )
-    )
-
-    name: Annotated[str, pydantic.Field(description="Volume name.", pattern=_DNS_LABEL, max_length=63)]
-    persistent_volume_claim: Annotated[PvcVolumeSource | None, pydantic.Field(description="A claim.")] = None
-    config_map: Annotated[ConfigMapVolumeSource | None, pydantic.Field(description="A ConfigMap.")] = None
-    secret: Annotated[SecretVolumeSource | None, pydantic.Field(description="A Secret.")] = None
-    empty_dir: Annotated[EmptyDirVolumeSource | None, pydantic.Field(description="A scratch directory.")] = None
-    host_path: Annotated[HostPathVolumeSource | None, pydantic.Field(description="A directory of the node.")] = None
-
-
-class VolumeMount(_Model):
-    """Where an extra volume appears in the vLLM container."""
-
-    name: Annotated[str, pydantic.Field(description="The volume's name.", pattern=_DNS_LABEL, max_length=63)]
-    mount_path: Annotated[
-        str, pydantic.Field(description="Absolute path in the container.", max_length=4096, pattern=_ABSOLUTE_PATH)
-    ]
-    read_only: Annotated[bool | None, pydantic.Field(description="Mount read-only.")] = None
-    sub_path: Annotated[str | None, pydantic.Field(description="A path inside the volume.", max_length=4096)] = None
-    mount_propagation: Annotated[
-        Literal["None", "HostToContainer"] | None,
-        pydantic.Field(description="None or HostToContainer (Bidirectional needs a privileged container)."),
-    ] = None
-
-
-class KeyRef(_Model):
-    """A key of a Secret or ConfigMap in the serving's namespace."""
-
-    name: Annotated[str, pydantic.Field(description="The object's name.", min_length=1, max_length=253)]
-    key: Annotated[str, pydantic.Field(description="The key.", min_length=1, max_length=253)]
-    optional: Annotated[bool | None, pydantic.Field(description="Whether it may be missing.")] = None
-
-
-class FieldRef(_Model):
-    """A field of the pod (downward API)."""
-
-    field_path: Annotated[str, pydantic.Field(description="e.g. status.podIP.", min_length=1, max_length=253)]
-    api_version: Annotated[str | None, pydantic.Field(description="Defaults to v1.", max_length=64)] = None
-
-
-class ResourceFieldRef(_Model):
-    """A resource request or limit of the container (downward API)."""
-
-    resource: Annotated[str, pydantic.Field(description="e.g. limits.memory.", min_length=1, max_length=253)]
-    container_name: Annotated[str | None, pydantic.Field(description="Container.", max_length=63)] = None
-    divisor: Annotated[str | int | None, pydantic.Field(description="Unit, a Kubernetes quantity.")] = None
-
-
-class EnvVarSource(_Model):
-    """Where an env var's value comes from: one of a Secret key, a ConfigMap key, a pod field, a resource."""
-
-    model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
-            (
-                " + ".join(
-                    f"(has(self.{source}) ? 1 : 0)"
-                    for source in ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
-                )
-                + " == 1",
-                "set exactly one of secretKeyRef, configMapKeyRef, fieldRef and resourceFieldRef",
-            ),
-        )
-    )
-
-    secret_key_ref: Annotated[KeyRef | None, pydantic.Field(description="A Secret's key.")] = None
-    config_map_key_ref: Annotated[KeyRef | None, pydantic.Field(description="A ConfigMap's key.")] = None
-    field_ref: Annotated[FieldRef | None, pydantic.Field(description="A pod field.")] = None
-    resource_field_ref: Annotated[ResourceFieldRef | None, pydantic.Field(description="A container resource.")] = None
-
-
-class PodOverrides(_Model):
+class PodOverrides(schema.Model):
     """Pod-level settings applied to every vLLM pod."""
 
     resources: Annotated[
@@ -663,17 +473,17 @@ class PodOverrides(_Model):
         ),
     ] = None
     tolerations: Annotated[
-        list[Toleration],
+        list[kubetypes.Toleration],
         pydantic.Field(description="Tolerations (e.g. for arm64 or GPU taints).", max_length=64),
     ] = pydantic.Field(default_factory=list)
     node_selector: Annotated[dict[str, str], pydantic.Field(description="Extra node selector labels.")] = (
         pydantic.Field(default_factory=dict)
     )
-    volumes: Annotated[list[Volume], pydantic.Field(description="Extra pod volumes.", max_length=64)] = pydantic.Field(
-        default_factory=list
+    volumes: Annotated[list[kubetypes.Volume], pydantic.Field(description="Extra pod volumes.", max_length=64)] = (
+        pydantic.Field(default_factory=list)
     )
     volume_mounts: Annotated[
-        list[VolumeMount], pydantic.Field(description="Extra mounts in the vLLM container.", max_length=64)
+        list[kubetypes.VolumeMount], pydantic.Field(description="Extra mounts in the vLLM container.", max_length=64)
     ] = pydantic.Field(default_factory=list)
     shm_size: Annotated[
         str,
@@ -693,27 +503,11 @@ class PodOverrides(_Model):
     ] = None
     service_account_name: Annotated[
         str | None,
-        pydantic.Field(description="ServiceAccount of the pods.", pattern=_DNS_LABEL, max_length=253),
+        pydantic.Field(description="ServiceAccount of the pods.", pattern=schema.DNS_LABEL, max_length=253),
     ] = None
 
 
-class EnvVar(_Model):
-    """An extra environment variable: a literal value or a reference (e.g. secretKeyRef)."""
-
-    model_config = pydantic.ConfigDict(
-        json_schema_extra=_cel(
-            ("has(self.value) != has(self.valueFrom)", "set exactly one of value and valueFrom"),
-        )
-    )
-
-    name: Annotated[str, pydantic.Field(description="Variable name.", pattern=_ENV_NAME, max_length=256)]
-    value: Annotated[str | None, pydantic.Field(description="Literal value.", max_length=4096)] = None
-    value_from: Annotated[
-        EnvVarSource | None, pydantic.Field(description="A Kubernetes EnvVarSource (secretKeyRef, ...).")
-    ] = None
-
-
-class MonitoringSpec(_Model):
+class MonitoringSpec(schema.Model):
     """How vLLM's own metrics are collected."""
 
     pod_monitor: Annotated[
@@ -724,78 +518,10 @@ class MonitoringSpec(_Model):
     ] = True
 
 
-def _topology_cel() -> dict[str, Any]:
-    """CEL rules for the topology arithmetic that fits in CEL, built from the hardware data (one source).
-
-    Messages name numbers through string-valued map lookups: the API server's cost estimator takes ``string(int)``
-    as unbounded and refuses the CRD, while a lookup of constant strings is cheap.
-    """
-    gens = list(hardware.generations().values())
-
-    def lookup(value: Any) -> str:
-        return "{" + ", ".join(f"'{g.name}': {value(g)}" for g in gens) + "}[self.gpu]"
-
-    gpn = lookup(lambda g: g.gpus_per_node)
-    domain_nodes = lookup(lambda g: g.nodes_per_domain)
-    gpn_text = lookup(lambda g: f"'{g.gpus_per_node}'")
-    domain_text = lookup(
-        lambda g: f"'{g.nodes_per_domain} node{'s' if g.nodes_per_domain > 1 else ''} ({g.gpus_per_domain} GPUs)'"
-    )
-    rules: list[dict[str, str]] = []
-    for role in ("decode", "prefill"):
-        guard = f"!has(self.roles.{role}) || " if role == "prefill" else ""
-        par = f"self.roles.{role}.parallelism"
-        node = "' GPUs of one ' + self.gpu + ' node"
-        domain = f"'{role}: a group must fit in one ' + self.gpu + ' NVLink domain of ' + {domain_text}"
-        checks = [
-            (
-                f"{par}.tensor <= {gpn}",
-                f"'{role}: tensor-parallel size must not exceed the ' + {gpn_text} + {node}; use data parallelism "
-                "across nodes instead'",
-                "tensor",
-            ),
-            (
-                f"{par}.tensor > {gpn} || {gpn} % {par}.tensor == 0",
-                f"'{role}: tensor-parallel size must divide the ' + {gpn_text} + {node}'",
-                "tensor",
-            ),
-            (
-                f"!has({par}.data) || ({par}.tensor * {par}.data) % {gpn} == 0",
-                f"'{role}: tensor × data must fill whole nodes of ' + {gpn_text} + ' GPUs (one vLLM pod per ' + "
-                "self.gpu + ' node)'",
-                "data",
-            ),
-            (
-                f"!has({par}.data) || !has({par}.nodesPerGroup) || {par}.tensor * {par}.data == "
-                f"{par}.nodesPerGroup * {gpn}",
-                f"'{role}: tensor × data must equal nodesPerGroup × ' + {gpn_text} + {node}'",
-                "data",
-            ),
-            # Nodes per group as role_topology resolves them: given, or ceil(tensor × data / GPUs per node).
-            (f"!has({par}.nodesPerGroup) || {par}.nodesPerGroup <= {domain_nodes}", domain, "nodesPerGroup"),
-            (
-                f"has({par}.nodesPerGroup) || !has({par}.data) || "
-                f"({par}.tensor * {par}.data + {gpn} - 1) / {gpn} <= {domain_nodes}",
-                domain,
-                "data",
-            ),
-        ]
-        for rule, message, field in checks:
-            rules.append(
-                {
-                    "rule": guard + rule,
-                    "messageExpression": message,
-                    "fieldPath": f".roles.{role}.parallelism.{field}",
-                    "reason": "FieldValueInvalid",
-                }
-            )
-    return {"x-kubernetes-validations": rules}
-
-
-class DeepSeekServingSpec(_Model):
+class DeepSeekServingSpec(schema.Model):
     """Desired state: one DeepSeek model served by vLLM on GB200/GB300 (or single-node B200/H200)."""
 
-    model_config = pydantic.ConfigDict(json_schema_extra=lambda schema: schema.update(_topology_cel()))
+    model_config = pydantic.ConfigDict(json_schema_extra=lambda node: node.update(schema.topology_rules()))
 
     model: Annotated[ModelSpec, pydantic.Field(description="The model to serve.")]
     runtime: Annotated[RuntimeSpec, pydantic.Field(description="The vLLM image and version.")]
@@ -827,7 +553,7 @@ class DeepSeekServingSpec(_Model):
         ),
     ] = pydantic.Field(default_factory=list)
     extra_env: Annotated[
-        list[EnvVar],
+        list[kubetypes.EnvVar],
         pydantic.Field(
             description="Extra env vars, checked against the pinned vLLM version's env vars.", max_length=128
         ),
@@ -843,89 +569,20 @@ class DeepSeekServingSpec(_Model):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Status
-
-
-class Condition(_Model):
-    """A standard Kubernetes condition."""
-
-    model_config = pydantic.ConfigDict(extra="ignore", alias_generator=alias_generators.to_camel, populate_by_name=True)
-
-    type: Annotated[str, pydantic.Field(description="Ready, Placed, Progressing, Degraded, InsufficientCapacity, ...")]
-    status: Annotated[Literal["True", "False", "Unknown"], pydantic.Field(description="True, False or Unknown.")]
-    reason: Annotated[str, pydantic.Field(description="One CamelCase word.")] = ""
-    message: Annotated[str, pydantic.Field(description="What happened, in a sentence.")] = ""
-    last_transition_time: Annotated[
-        str | None, pydantic.Field(description="When the status last changed (RFC 3339).")
-    ] = None
-    observed_generation: Annotated[
-        int | None, pydantic.Field(description="The generation this condition describes.")
-    ] = None
-
-
-class DeepSeekServingStatus(_Model):
-    """Observed state, written by the operator."""
-
-    model_config = pydantic.ConfigDict(extra="ignore", alias_generator=alias_generators.to_camel, populate_by_name=True)
-
-    observed_generation: Annotated[int | None, pydantic.Field(description="The spec generation last reconciled.")] = (
-        None
-    )
-    conditions: Annotated[list[Condition], pydantic.Field(description="Ready, Placed, Progressing, ...")] = (
-        pydantic.Field(default_factory=list)
-    )
-    placement: Annotated[
-        dict[str, dict[str, int]],
-        pydantic.Field(description="Groups per NVLink domain, per role: {role: {domain: groups}}."),
-    ] = pydantic.Field(default_factory=dict)
-    ready: Annotated[str | None, pydantic.Field(description="Ready groups / desired groups, e.g. 3/4.")] = None
-    ready_groups: Annotated[int | None, pydantic.Field(description="Groups whose pods are all Ready.")] = None
-    decode_ready_groups: Annotated[
-        int | None,
-        pydantic.Field(description="Decode groups whose pods are all Ready (the replicas of the scale subresource)."),
-    ] = None
-    desired_groups: Annotated[int | None, pydantic.Field(description="Groups asked for, all roles.")] = None
-    gpus: Annotated[int | None, pydantic.Field(description="GPUs allocated to placed groups.")] = None
-    tokens_per_second: Annotated[
-        float | None, pydantic.Field(description="Measured total tokens/s (prompt + generation).")
-    ] = None
-    tokens_per_second_per_gpu: Annotated[float | None, pydantic.Field(description="Tokens/s per GPU.")] = None
-    revenue_per_hour: Annotated[float | None, pydantic.Field(description="Revenue per hour at current prices.")] = None
-    revenue_per_gpu_hour: Annotated[float | None, pydantic.Field(description="Revenue per GPU-hour.")] = None
-    parity: Annotated[float | None, pydantic.Field(description="Tokens/s per GPU ÷ the reference.")] = None
-    currency: Annotated[str | None, pydantic.Field(description="Currency of the revenue fields.")] = None
-    metrics_time: Annotated[
-        str | None, pydantic.Field(description="When the throughput and revenue fields were measured.")
-    ] = None
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # The object
 
 
-class ObjectMeta(pydantic.BaseModel):
-    """The part of metadata nvlfleet reads; everything else passes through untouched."""
-
-    model_config = pydantic.ConfigDict(extra="allow")
-
-    name: str = ""
-    namespace: str = "default"
-    uid: str | None = None
-    generation: int | None = None
-    labels: dict[str, str] = pydantic.Field(default_factory=dict)
-    annotations: dict[str, str] = pydantic.Field(default_factory=dict)
-
-
-class DeepSeekServing(_Model):
+class DeepSeekServing(schema.Model):
     """DeepSeekServing: one DeepSeek model served by a tuned vLLM fleet, packed into NVLink domains."""
 
     model_config = pydantic.ConfigDict(extra="ignore", alias_generator=alias_generators.to_camel, populate_by_name=True)
 
-    api_version: Annotated[Literal["nvlfleet.io/v1alpha1"], pydantic.Field(alias="apiVersion")] = API_VERSION
-    kind: Literal["DeepSeekServing"] = KIND
-    metadata: ObjectMeta = pydantic.Field(default_factory=ObjectMeta)
+    # A Literal takes no constant: these spell names.API_VERSION and names.KIND (mypy checks the defaults match).
+    api_version: Annotated[Literal["nvlfleet.io/v1alpha1"], pydantic.Field(alias="apiVersion")] = names.API_VERSION
+    kind: Literal["DeepSeekServing"] = names.KIND
+    metadata: kubetypes.ObjectMeta = pydantic.Field(default_factory=kubetypes.ObjectMeta)
     spec: DeepSeekServingSpec
-    status: DeepSeekServingStatus | None = None
+    status: servingstatus.DeepSeekServingStatus | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -51,6 +51,11 @@ def pydantic_path(loc: Sequence[str | int], prefix: str = "") -> str:
     return path(*([prefix] if prefix else []), *loc)
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, the noun in the plural unless the count is 1: how every message counts things."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def summary(problems: Iterable[Problem]) -> str:
     """All problems, one per line, sorted by path so repeated runs print the same text."""
     return "\n".join(str(p) for p in sorted(problems))

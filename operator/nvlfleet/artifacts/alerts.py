@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.api import metric_names as names
+from nvlfleet.api import metric_names, reasons
 
 PARITY_TARGET = 0.9
 REVENUE_DROP_RATIO = 0.7  # fire below 70 % of the preceding hours' base-price revenue per GPU-hour
@@ -71,7 +71,7 @@ class Alert:
 def _base_price_revenue_per_gpu_hour(window: str, offset: str = "") -> str:
     """Revenue per GPU-hour with the time-of-day multiplier divided out, averaged over ``window``."""
     at = f" offset {offset}" if offset else ""
-    ratio = f"{names.REVENUE_PER_GPU_HOUR} / ignoring(currency) group_left {names.PRICE_MULTIPLIER}"
+    ratio = f"{metric_names.REVENUE_PER_GPU_HOUR} / ignoring(currency) group_left {metric_names.PRICE_MULTIPLIER}"
     return f"avg_over_time(({ratio})[{window}:1m]{at})"
 
 
@@ -79,7 +79,7 @@ def all_alerts() -> list[Alert]:
     return [
         Alert(
             name="NvlfleetParityBelowTarget",
-            signal=names.PARITY_RATIO,
+            signal=metric_names.PARITY_RATIO,
             condition=f"< {PARITY_TARGET}",
             for_="30m",
             severity="warning",
@@ -105,7 +105,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetServingNotReady",
-            signal=f'{names.SERVING_CONDITION}{{condition="Ready"}}',
+            signal=f'{metric_names.SERVING_CONDITION}{{condition="{reasons.READY}"}}',
             condition="== 0",
             for_="45m",
             severity="critical",
@@ -118,7 +118,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetGroupUnplaceable",
-            signal=f'{names.SERVING_CONDITION}{{condition="Placed"}}',
+            signal=f'{metric_names.SERVING_CONDITION}{{condition="{reasons.PLACED}"}}',
             condition="== 0",
             for_="10m",
             severity="warning",
@@ -131,7 +131,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetTelemetryScrapeFailing",
-            signal=f"sum by (namespace, serving, reason) (rate({names.SCRAPE_ERRORS_TOTAL}[5m]))",
+            signal=f"sum by (namespace, serving, reason) (rate({metric_names.SCRAPE_ERRORS_TOTAL}[5m]))",
             condition="> 0",
             for_="15m",
             severity="warning",
@@ -144,7 +144,7 @@ def all_alerts() -> list[Alert]:
         ),
         Alert(
             name="NvlfleetReconcileErrors",
-            signal=f"sum by (namespace, serving, reason) (rate({names.RECONCILE_ERRORS_TOTAL}[10m]))",
+            signal=f"sum by (namespace, serving, reason) (rate({metric_names.RECONCILE_ERRORS_TOTAL}[10m]))",
             condition="> 0",
             for_="15m",
             severity="warning",

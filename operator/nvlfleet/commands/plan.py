@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, names, problems
 from nvlfleet.commands import inputs
 from nvlfleet.core import inventory, planner
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 + ", ".join(sorted(labels))
                 + "); plan servings that name NVLink domains differently separately"
             )
-        label = labels.pop() if labels else models.DEFAULT_DOMAIN_LABEL
+        label = labels.pop() if labels else names.DEFAULT_DOMAIN_LABEL
         inv = _inventory(args.nodes, args.pods, label)
         demands: list[planner.Demand] = []
         current: list[planner.Placement] = []
@@ -216,7 +216,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
     for path in paths:
         found = 0
         for source, at, obj in _documents(path):
-            if not isinstance(obj, dict) or obj.get("kind") != models.KIND:
+            if not isinstance(obj, dict) or obj.get("kind") != names.KIND:
                 continue
             found += 1
             try:
@@ -243,7 +243,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
             seen[key] = source
             out.append((source, serving))
         if not found:
-            raise BadInput(f"{path}: kind: no {models.KIND} in this file")
+            raise BadInput(f"{path}: kind: no {names.KIND} in this file")
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, names, problems
 from nvlfleet.commands import inputs
 from nvlfleet.core import inventory, planner, profiles, render, validation
 
@@ -119,7 +119,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
     for path in paths:
         found = 0
         for where, obj in _documents(path):
-            if not isinstance(obj, dict) or obj.get("kind") != models.KIND:
+            if not isinstance(obj, dict) or obj.get("kind") != names.KIND:
                 continue
             found += 1
             review = validation.review(obj)
@@ -133,7 +133,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
             seen[key] = where
             out.append((where, review.serving))
         if not found:
-            raise BadInput(f"{path}: kind: no {models.KIND} in this file")
+            raise BadInput(f"{path}: kind: no {names.KIND} in this file")
     return out
 
 

@@ -23,7 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import simulator, vllmsim
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +103,7 @@ async def _serve(args: argparse.Namespace, load: vllmsim.Load, addresses: list[t
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    sim = vllmsim.Simulator()
+    sim = simulator.Simulator()
     try:
         for host, port in addresses:
             await sim.add(

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from nvlfleet.api import models, policy, problems
+from nvlfleet.api import names, policy, problems
 from nvlfleet.commands import inputs, policyflags
 from nvlfleet.core import validation
 
@@ -74,7 +74,7 @@ def _check_file(name: str, out: TextIO, err: TextIO, *, warnings: bool, allowed:
         errors += len(review.errors)
         warned += len(review.warnings)
     if servings == 0:
-        err.write(f"{shown}: no {models.KIND} found (kind: {models.KIND}, apiVersion: {models.API_VERSION})\n")
+        err.write(f"{shown}: no {names.KIND} found (kind: {names.KIND}, apiVersion: {names.API_VERSION})\n")
         return 1
     if errors:
         return 1
@@ -90,7 +90,7 @@ def _is_serving(document: Any) -> bool:
         return True  # validation explains what a serving must look like
     kind = str(document.get("kind", ""))
     api_version = str(document.get("apiVersion", ""))
-    return kind.lower() == models.KIND.lower() or api_version.startswith(f"{models.GROUP}/") or not kind
+    return kind.lower() == names.KIND.lower() or api_version.startswith(f"{names.GROUP}/") or not kind
 
 
 def _name(document: Any) -> str:

@@ -32,16 +32,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from nvlfleet.api import models, problems
-
-DEFAULT_DOMAIN_LABEL = models.DEFAULT_DOMAIN_LABEL
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_RESOURCE = "nvidia.com/gpu"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-SERVING_LABEL = "nvlfleet.io/serving"
-ROLE_LABEL = "nvlfleet.io/role"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+from nvlfleet.api import names, problems
 
 # Only these taint effects keep a pod off a node; PreferNoSchedule merely lowers the node's score.
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -149,7 +140,7 @@ class Node:
 
     @property
     def gpu_product(self) -> str | None:
-        return self.labels.get(PRODUCT_LABEL)
+        return self.labels.get(names.PRODUCT_LABEL)
 
     @property
     def busy(self) -> bool:
@@ -157,7 +148,7 @@ class Node:
 
     @property
     def hostname(self) -> str:
-        return self.labels.get(HOSTNAME_LABEL, self.name)
+        return self.labels.get(names.HOSTNAME_LABEL, self.name)
 
     @property
     def schedulable(self) -> bool:
@@ -182,13 +173,13 @@ class Inventory:
     """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them."""
 
     nodes: tuple[Node, ...]
-    domain_label: str = DEFAULT_DOMAIN_LABEL
+    domain_label: str = names.DEFAULT_DOMAIN_LABEL
 
     def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
         """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""
         if scope == "node":
             alone = [n for n in self.nodes if not n.labels.get(self.domain_label) and _has_gpus(n)]
-            return tuple(Domain(n.hostname, HOSTNAME_LABEL, (n,)) for n in sorted(alone, key=_hostname))
+            return tuple(Domain(n.hostname, names.HOSTNAME_LABEL, (n,)) for n in sorted(alone, key=_hostname))
         members: dict[str, list[Node]] = {}
         for node in self.nodes:
             key = node.labels.get(self.domain_label)
@@ -212,7 +203,9 @@ def _has_gpus(node: Node) -> bool:
     return node.gpus > 0 or node.gpu_product is not None
 
 
-def build(nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str = DEFAULT_DOMAIN_LABEL) -> Inventory:
+def build(
+    nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str = names.DEFAULT_DOMAIN_LABEL
+) -> Inventory:
     """An inventory from parsed nodes and pods; pods on nodes not listed are ignored (they hold nothing here)."""
     by_node: dict[str, list[GpuPod]] = {}
     for pod in pods:
@@ -227,7 +220,7 @@ def build(nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str 
 
 
 def from_objects(
-    nodes: Iterable[object], pods: Iterable[object] = (), domain_label: str = DEFAULT_DOMAIN_LABEL
+    nodes: Iterable[object], pods: Iterable[object] = (), domain_label: str = names.DEFAULT_DOMAIN_LABEL
 ) -> Inventory:
     """Parse Node and Pod objects (dicts); raises ``problems.InvalidSpec`` naming ``nodes[i].field`` paths."""
     found: list[problems.Problem] = []
@@ -250,7 +243,7 @@ def blocking_taint(node: Node, tolerations: Sequence[Toleration]) -> Taint | Non
     return None
 
 
-def unusable_reason(node: Node, req: NodeRequirements, domain_label: str = DEFAULT_DOMAIN_LABEL) -> str | None:
+def unusable_reason(node: Node, req: NodeRequirements, domain_label: str = names.DEFAULT_DOMAIN_LABEL) -> str | None:
     """Why a pod with ``req`` cannot run on ``node`` (a short phrase for counting), or None when it can.
 
     Busy nodes are usable in this sense: whether a node is free is a separate question.
@@ -266,7 +259,7 @@ def unusable_reason(node: Node, req: NodeRequirements, domain_label: str = DEFAU
     if node.unschedulable:
         return "cordoned"
     if node.gpus < req.gpus_per_node:
-        return f"fewer than {req.gpus_per_node} allocatable {GPU_RESOURCE}"
+        return f"fewer than {req.gpus_per_node} allocatable {names.GPU_RESOURCE}"
     for key, value in req.node_selector:
         if node.labels.get(key) != value:
             return f"not matching the node selector {key}={value}"
@@ -276,7 +269,7 @@ def unusable_reason(node: Node, req: NodeRequirements, domain_label: str = DEFAU
     return None
 
 
-def usable(node: Node, req: NodeRequirements, domain_label: str = DEFAULT_DOMAIN_LABEL) -> bool:
+def usable(node: Node, req: NodeRequirements, domain_label: str = names.DEFAULT_DOMAIN_LABEL) -> bool:
     return unusable_reason(node, req, domain_label) is None
 
 
@@ -337,7 +330,9 @@ def parse_node(obj: object, path: str, found: list[problems.Problem]) -> Node | 
         found.append(problems.Problem(_at(path, "metadata.name"), "a Node needs a name"))
     labels = _string_map(meta.get("labels", {}) or {}, _at(path, "metadata.labels"), found)
     allocatable = _mapping(status.get("allocatable", {}) or {}, _at(path, "status.allocatable"), found)
-    gpus = _count(allocatable.get(GPU_RESOURCE, 0), _at(path, f'status.allocatable["{GPU_RESOURCE}"]'), found)
+    gpus = _count(
+        allocatable.get(names.GPU_RESOURCE, 0), _at(path, f'status.allocatable["{names.GPU_RESOURCE}"]'), found
+    )
     taints = tuple(
         t
         for i, item in enumerate(_list(spec.get("taints", []) or [], _at(path, "spec.taints"), found))
@@ -374,9 +369,9 @@ def parse_pod(obj: object, path: str, found: list[problems.Problem]) -> GpuPod |
         return None
     if not isinstance(node, str) or not node or gpus == 0 or status.get("phase") in ("Succeeded", "Failed"):
         return None
-    serving, role = labels.get(SERVING_LABEL), labels.get(ROLE_LABEL)
+    serving, role = labels.get(names.SERVING_LABEL), labels.get(names.ROLE_LABEL)
     owner = RoleKey(ServingKey(namespace, serving), role) if serving and role else None
-    lws, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    lws, index = labels.get(names.LWS_NAME_LABEL), labels.get(names.LWS_GROUP_INDEX_LABEL)
     group = f"{lws}/{index}" if lws and index is not None else None
     return GpuPod(namespace=namespace, name=name, node=node, gpus=gpus, owner=owner, group=group)
 
@@ -400,9 +395,9 @@ def _pod_gpus(spec: Mapping[str, object], path: str, found: list[problems.Proble
             amount = 0
             for kind in ("limits", "requests"):
                 quantities = _mapping(res.get(kind, {}) or {}, _at(path, f"{field}[{i}].resources.{kind}"), found)
-                if GPU_RESOURCE in quantities:
-                    where = _at(path, f'{field}[{i}].resources.{kind}["{GPU_RESOURCE}"]')
-                    amount = max(amount, _count(quantities[GPU_RESOURCE], where, found))
+                if names.GPU_RESOURCE in quantities:
+                    where = _at(path, f'{field}[{i}].resources.{kind}["{names.GPU_RESOURCE}"]')
+                    amount = max(amount, _count(quantities[names.GPU_RESOURCE], where, found))
             yield amount, container.get("restartPolicy") == "Always"
 
     running = sum(amount for amount, _ in requested("containers"))

@@ -47,7 +47,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet.api import models
+from nvlfleet.api import models, names, problems
 from nvlfleet.core import inventory
 from nvlfleet.facts import hardware
 
@@ -214,18 +214,19 @@ def demands(serving: models.DeepSeekServing) -> list[Demand]:
 
 def placements(serving: models.DeepSeekServing) -> list[Placement]:
     """The serving's current placement from ``status.placement``, for roles its spec still has."""
-    if serving.status is None:
+    if serving.status is None or serving.status.placement is None:
         return []
     key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
+    placement = serving.status.placement
     return [
         Placement(
             serving=key,
             role=role.value,
             nodes_per_group=models.role_topology(serving.spec.gpu, role_spec).nodes_per_group,
-            groups={d: g for d, g in sorted(serving.status.placement[role.value].items()) if g > 0},
+            groups={d: g for d, g in sorted(placement[role.value].items()) if g > 0},
         )
         for role, role_spec in serving.spec.roles_present()
-        if role.value in serving.status.placement
+        if role.value in placement
     ]
 
 
@@ -458,8 +459,8 @@ class _Book:
             if self.waits(owner, domain):
                 slot = self.slots[domain]
                 out.append(
-                    f"{d.role}: {_n(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
-                    f"wait for nodes: groups placed there still need {_n(slot.need, 'free node')} "
+                    f"{d.role}: {problems.counted(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
+                    f"wait for nodes: groups placed there still need {problems.counted(slot.need, 'free node')} "
                     f"but it has {slot.limit} they can use"
                 )
         return out
@@ -476,17 +477,18 @@ class _Book:
         if req.scope == "node" and npg > 1:
             first = (
                 f"{d.role} needs {npg} nodes per group, but NVLink stops at the node for {req.gpu_product}: "
-                f"{_n(unplaced, 'group')} cannot be placed"
+                f"{problems.counted(unplaced, 'group')} cannot be placed"
             )
         else:
             largest = (
-                f"the largest free block is {_n(best_cap, 'node')} in domain {inventory.short_domain(best_key)}"
+                f"the largest free block is {problems.counted(best_cap, 'node')} in domain "
+                f"{inventory.short_domain(best_key)}"
                 if best_cap
                 else "no domain has a free node it can use"
             )
             first = (
-                f"{d.role} needs {_n(npg, 'free node')} ({gpus} GPUs) in {where} for each of "
-                f"{_n(unplaced, 'more group')}; {largest}"
+                f"{d.role} needs {problems.counted(npg, 'free node')} ({gpus} GPUs) in {where} for each of "
+                f"{problems.counted(unplaced, 'more group')}; {largest}"
             )
         return [first, self.fleet_summary(req, cls)]
 
@@ -509,12 +511,12 @@ class _Book:
                 busy += 1
         if total == 0:
             have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
-            return f"no node has {inventory.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
+            return f"no node has {names.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
         slots = [self.slots[k] for k in self.scope_keys[req.scope]]
         free = sum(slot.free_for.get(cls, 0) for slot in slots)
         left = sum(max(0, self.capacity(slot, cls)) for slot in slots)
         parts = [
-            f"of {_n(total, req.gpu_product + ' node')}, {free} free and usable "
+            f"of {problems.counted(total, req.gpu_product + ' node')}, {free} free and usable "
             f"({free - left} of them needed by placed groups)",
             f"{busy} running GPU pods",
         ]
@@ -551,7 +553,3 @@ def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, li
     """The scope of a held placement, from its domain keys (node keys are host names, not clique ids)."""
     node_keys = set(scope_keys.get("node", ()))
     return "node" if groups and all(k in node_keys for k in groups) else "clique"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -4,8 +4,9 @@ Pure core, after planning in the data flow (spec → validate → plan → **ren
 ``render(serving, placement)`` is a pure function: no API calls, no clock, no randomness; the same inputs give
 byte-identical output, so the operator's server-side apply is idempotent and the golden files in
 ``tests/unit/golden/`` stay stable. The engine settings come from ``profiles.effective`` (which ``validation``
-checked) and are spelled by the profile's vLLM dialect; every flag and env var rendered exists in the pinned
-vLLM facts (a unit test proves it for every profile combination).
+checked) and are spelled by the profile's vLLM dialect (``commandline`` builds the leader's and workers' argv,
+and explains how a worker gets its start rank without a shell); every flag and env var rendered exists in the
+pinned vLLM facts (a unit test proves it for every profile combination).
 
 What one serving becomes
 ------------------------
@@ -34,32 +35,6 @@ What one serving becomes
   headless Service named after each LeaderWorkerSet, which is why LeaderWorkerSet names always carry a suffix.
 - Optionally **one PodMonitor** ``<serving>`` scraping ``/metrics`` on every leader, carrying the role and
   domain labels into the series.
-
-The worker start rank, without a shell
---------------------------------------
-A headless worker must pass ``--data-parallel-start-rank = worker index × DP ranks per node`` (README §4). The
-index arrives as ``LWS_WORKER_INDEX`` in the pod's env, and LeaderWorkerSet has a single worker template, so the
-product has to be computed inside the pod. Kubernetes ``$(VAR)`` expansion substitutes but cannot multiply, and
-nothing in vLLM reads the start rank from the environment (``VLLM_DP_RANK`` only applies when
-``--data-parallel-size`` is 1). The options were:
-
-- a shell (``sh -c "... $((LWS_WORKER_INDEX * 4))"``): rejected — every user string (model name, extraArgs)
-  would pass through shell parsing;
-- external load balancing (``--data-parallel-rank``, one process per rank): needs ``dpl == 1``, i.e. one pod
-  per GPU, which breaks one-pod-per-node and the Engram shared-memory tables of co-located ranks (README §1);
-- an init container writing a ``--config`` file: still arithmetic in some interpreter, plus a shared volume;
-- **a fixed two-line Python launcher** run by the image's own interpreter (chosen). ``WORKER_LAUNCHER`` is a
-  constant of this module, not built from any input; it reads ``LWS_WORKER_INDEX``, multiplies it by the DP
-  ranks per node passed as its first argument, appends ``<start-rank flag> <rank>`` to the vLLM argv it was
-  given and ``execvp``s it, so vLLM replaces the launcher as the container's process and receives signals
-  directly. User strings stay argv items that no interpreter parses (and ``$(`` in extraArgs is escaped to
-  ``$$(`` so not even the kubelet's variable expansion touches them). The unit tests run the launcher.
-
-The leader needs no launcher: it owns ranks ``0..dpl-1`` and must not pass a start rank (with a start rank and
-without ``--headless`` vLLM switches to hybrid load balancing). Leader and workers otherwise get the same engine
-arguments; only ``dialect.frontendFlags`` (API-server flags, leader only) and ``--headless`` + the start rank
-(workers only) differ. Both point ``--data-parallel-address`` at ``$(LWS_LEADER_ADDRESS)``, which LWS injects
-and Kubernetes expands in ``command`` without a shell.
 
 Names, labels, budgets
 ----------------------
@@ -94,38 +69,18 @@ wholesale because vLLM images run as root and write the weight cache onto volume
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from nvlfleet.api import models, problems
-from nvlfleet.core import inventory, profiles
-from nvlfleet.facts import facts, hardware
+from nvlfleet.api import models, names, problems
+from nvlfleet.core import commandline, profiles
+from nvlfleet.facts import hardware
 
 Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
 Manifest = dict[str, Any]
 
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
-POD_MONITOR_API_VERSION = "monitoring.coreos.com/v1"
-
-SERVING_LABEL = inventory.SERVING_LABEL
-ROLE_LABEL = inventory.ROLE_LABEL
-DOMAIN_LABEL = "nvlfleet.io/domain"
-DOMAIN_VALUE_ANNOTATION = "nvlfleet.io/domain-value"
-PROFILE_ANNOTATION = "nvlfleet.io/profile"
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "nvlfleet"
-APP_NAME = "vllm"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
-PRODUCT_LABEL = inventory.PRODUCT_LABEL
-HOSTNAME_LABEL = inventory.HOSTNAME_LABEL
-GPU_RESOURCE = inventory.GPU_RESOURCE
+APP_NAME = "vllm"  # the app.kubernetes.io/name of every child
 
 UNPINNED = "unpinned"  # the domain part of an unpinned LeaderWorkerSet's name and nvlfleet.io/domain label
 LWS_NAME_BUDGET = 48  # see the module docstring
@@ -136,18 +91,10 @@ CLAIM_NAME = "compute-domain-channel"
 SHM_VOLUME = "dshm"
 CACHE_VOLUME = "model-cache"
 SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount point, not a temporary file
-LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # injected by LeaderWorkerSet, expanded by the kubelet (no shell)
 
-# The whole worker launcher. Constant: never formatted with input. argv: <ranks per node> <start-rank flag> <vllm argv>.
-WORKER_LAUNCHER = (
-    "import os,sys;"
-    "rank=int(os.environ['LWS_WORKER_INDEX'])*int(sys.argv[1]);"
-    "os.execvp(sys.argv[3],sys.argv[3:]+[sys.argv[2],str(rank)])"
-)
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_RESERVED_LABEL_PREFIXES = ("nvlfleet.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,23 +137,28 @@ def channel_template_name(lws: str) -> str:
 
 def selector_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
     """Labels that identify a serving's objects (and one role's, when given)."""
-    labels = {SERVING_LABEL: serving.metadata.name}
+    labels = {names.SERVING_LABEL: serving.metadata.name}
     if role is not None:
-        labels[ROLE_LABEL] = role.value
+        labels[names.ROLE_LABEL] = role.value
     return labels
+
+
+def leader_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
+    """Labels that select a serving's group leaders (one role's, when given): the pods that serve HTTP."""
+    return {**selector_labels(serving, role), names.LWS_WORKER_INDEX_LABEL: "0"}
 
 
 def _labels(serving: models.DeepSeekServing, role: models.RoleName | None, domain: str | None = "") -> dict[str, str]:
     labels = {
-        NAME_LABEL: APP_NAME,
-        INSTANCE_LABEL: serving.metadata.name,
-        MANAGED_BY_LABEL: MANAGED_BY,
+        names.NAME_LABEL: APP_NAME,
+        names.INSTANCE_LABEL: serving.metadata.name,
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
     }
     if role is not None:
-        labels[COMPONENT_LABEL] = role.value
+        labels[names.COMPONENT_LABEL] = role.value
     labels.update(selector_labels(serving, role))
     if domain != "":
-        labels[DOMAIN_LABEL] = domain_id(domain)
+        labels[names.DOMAIN_LABEL] = domain_id(domain)
     return labels
 
 
@@ -217,174 +169,6 @@ def _metadata(
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# vLLM command lines
-
-
-def _json(value: object) -> str:
-    """Compact, key-sorted JSON: flag values are byte-stable."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def engine_options(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[tuple[str, list[str]]]:
-    """The leader's options as (flag, values) in rendering order; frontend flags included, extraArgs not."""
-    d = tuning.dialect
-    spec, topo = serving.spec, tuning.topology
-    opts: list[tuple[str, list[str]]] = []
-
-    def add(setting: str, *values: str) -> None:
-        opts.append((d.flag(setting), list(values)))
-
-    if spec.model.revision is not None:
-        add("model_revision", spec.model.revision)
-    add("served_model_name", models.served_name(serving))
-    add("host", d.host)
-    add("port", str(d.port))
-    add("tensor_parallel_size", str(topo.tensor))
-    if topo.data > 1:
-        add("data_parallel_size", str(topo.data))
-        if topo.nodes_per_group > 1:
-            add("data_parallel_size_local", str(topo.data_local))
-            add("data_parallel_address", LEADER_ADDRESS)
-            add("data_parallel_rpc_port", str(d.data_parallel_rpc_port))
-    if tuning.api_server_count is not None:
-        add("api_server_count", str(tuning.api_server_count))
-    if tuning.expert_parallel:
-        add("enable_expert_parallel")
-    if tuning.all2all_backend is not None:
-        add("all2all_backend", tuning.all2all_backend)
-    if tuning.eplb.enabled:
-        add("enable_eplb")
-        eplb = tuning.eplb
-        add(
-            "eplb_config",
-            _json(
-                {
-                    d.key("eplb", "window_size"): eplb.window_size,
-                    d.key("eplb", "step_interval"): eplb.step_interval,
-                    d.key("eplb", "num_redundant_experts"): eplb.num_redundant_experts,
-                    d.key("eplb", "use_async"): eplb.use_async,
-                }
-            ),
-        )
-    if tuning.dbo.enabled:
-        add("enable_dbo")
-        add("dbo_decode_token_threshold", str(tuning.dbo.decode_token_threshold))
-        add("dbo_prefill_token_threshold", str(tuning.dbo.prefill_token_threshold))
-    add("max_model_len", str(tuning.max_model_len))
-    if tuning.max_num_seqs is not None:
-        add("max_num_seqs", str(tuning.max_num_seqs))
-    if tuning.max_num_batched_tokens is not None:
-        add("max_num_batched_tokens", str(tuning.max_num_batched_tokens))
-    for setting, value in (
-        ("attention_backend", tuning.attention_backend),
-        ("moe_backend", tuning.moe_backend),
-        ("kv_cache_dtype", tuning.kv_cache_dtype),
-    ):
-        if value is not None:
-            add(setting, value)
-    if tuning.speculative is not None:
-        add(
-            "speculative_config",
-            _json(
-                {
-                    d.key("speculative", "method"): tuning.speculative.method,
-                    d.key("speculative", "num_speculative_tokens"): tuning.speculative.num_speculative_tokens,
-                }
-            ),
-        )
-    compilation: dict[str, object] = {}
-    if tuning.cuda_graph.mode is not None:
-        compilation[d.key("compilation", "cudagraph_mode")] = tuning.cuda_graph.mode
-    if tuning.cuda_graph.capture_sizes is not None:
-        compilation[d.key("compilation", "cudagraph_capture_sizes")] = list(tuning.cuda_graph.capture_sizes)
-    if compilation:
-        add("compilation_config", _json(compilation))
-    if tuning.attention_config:
-        add("attention_config", _json(dict(tuning.attention_config)))
-    if tuning.additional_config:
-        add("additional_config", _json(dict(tuning.additional_config)))
-    if tuning.performance_mode is not None:
-        add("performance_mode", tuning.performance_mode)
-    if tuning.reasoning_parser is not None:
-        add("reasoning_parser", tuning.reasoning_parser)
-    if tuning.tool_call_parser is not None:
-        add("tool_call_parser", tuning.tool_call_parser)
-        if tuning.enable_auto_tool_choice:
-            add("enable_auto_tool_choice")
-    return opts
-
-
-def _flatten(opts: Sequence[tuple[str, list[str]]]) -> list[str]:
-    return [token for flag, values in opts for token in (flag, *values)]
-
-
-def literal(arg: str) -> str:
-    """``arg`` as Kubernetes must pass it: ``$(`` doubled so the kubelet expands no variable inside user strings
-    (``$(HF_TOKEN)`` in extraArgs would otherwise put the Secret's value into the process's argv)."""
-    return arg.replace("$(", "$$(")
-
-
-def split_extra_args(
-    extra_args: Sequence[str], version: str, frontend_flags: frozenset[str]
-) -> tuple[list[str], list[str]]:
-    """extraArgs as (for the leader, for the workers): workers drop the front-end flags and their values.
-
-    Validation has already refused extraArgs that ``vllm serve`` would not parse; an argument the facts cannot
-    read is kept for both (vLLM, not nvlfleet, will then say what is wrong with it).
-    """
-    try:
-        parsed = facts.load(version).parse_args(extra_args)
-    except facts.UnknownVersion:
-        return list(extra_args), list(extra_args)
-    starts = sorted({a.index for a in parsed.args} | {e.index for e in parsed.errors})
-    frontend = {a.index for a in parsed.args if a.flag.name in frontend_flags}
-    worker: list[str] = list(extra_args[: starts[0]]) if starts else list(extra_args)
-    for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else len(extra_args)
-        if start not in frontend:
-            worker.extend(extra_args[start:end])
-    return list(extra_args), worker
-
-
-def leader_command(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[str]:
-    """argv of the leader (node 0): the API server and DP ranks 0..dpl-1 (README §4 leader shape, Example A)."""
-    d = tuning.dialect
-    leader_extra, _ = split_extra_args(serving.spec.extra_args, serving.spec.runtime.vllm_version, d.frontend_flags)
-    return [
-        *d.command,
-        serving.spec.model.name,
-        *_flatten(engine_options(serving, tuning)),
-        *(literal(arg) for arg in leader_extra),
-    ]
-
-
-def worker_command(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[str]:
-    """argv of a headless worker: the launcher, then ``vllm serve`` with the leader's engine args + ``--headless``.
-
-    The launcher appends ``--data-parallel-start-rank LWS_WORKER_INDEX × dpl`` (README §4 worker shape,
-    Example B); see the module docstring for why it exists.
-    """
-    d = tuning.dialect
-    _, worker_extra = split_extra_args(serving.spec.extra_args, serving.spec.runtime.vllm_version, d.frontend_flags)
-    engine = [(flag, values) for flag, values in engine_options(serving, tuning) if flag not in d.frontend_flags]
-    vllm_argv = [
-        *d.command,
-        serving.spec.model.name,
-        d.flag("headless"),
-        *_flatten(engine),
-        *(literal(arg) for arg in worker_extra),
-    ]
-    return [
-        d.python,
-        "-c",
-        WORKER_LAUNCHER,
-        str(tuning.topology.data_local),
-        d.flag("data_parallel_start_rank"),
-        *vllm_argv,
-    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -434,7 +218,7 @@ def _volumes(serving: models.DeepSeekServing) -> tuple[list[dict[str, Any]], lis
 
 def _resources(serving: models.DeepSeekServing, tuning: profiles.Tuning, claim: bool) -> dict[str, Any]:
     user = serving.spec.pod.resources or {}
-    limits = {GPU_RESOURCE: str(tuning.topology.gpus_per_node), **user.get("limits", {})}
+    limits = {names.GPU_RESOURCE: str(tuning.topology.gpus_per_node), **user.get("limits", {})}
     resources: dict[str, Any] = {"limits": limits}
     if user.get("requests"):
         resources["requests"] = dict(user["requests"])
@@ -457,13 +241,13 @@ def _affinity(
 ) -> dict[str, Any]:
     spec = serving.spec
     gen = hardware.generation(spec.gpu.value)
-    domain_key = spec.placement.domain_label if gen.multi_node_nvlink else HOSTNAME_LABEL
+    domain_key = spec.placement.domain_label if gen.multi_node_nvlink else names.HOSTNAME_LABEL
     terms: list[dict[str, Any]] = []
     if domain is not None:
         terms.append({"key": domain_key, "operator": "In", "values": [domain]})
     elif gen.multi_node_nvlink:
         terms.append({"key": domain_key, "operator": "Exists"})
-    terms.append({"key": PRODUCT_LABEL, "operator": "In", "values": [gen.product]})
+    terms.append({"key": names.PRODUCT_LABEL, "operator": "In", "values": [gen.product]})
     affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
@@ -474,7 +258,7 @@ def _affinity(
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "labelSelector": {"matchLabels": selector_labels(serving, role)},
-                    "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+                    "matchLabelKeys": [names.LWS_GROUP_KEY_LABEL],
                     "topologyKey": domain_key,
                 }
             ]
@@ -498,7 +282,7 @@ def pod_template(
         "name": CONTAINER,
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
-        "command": leader_command(serving, tuning) if leader else worker_command(serving, tuning),
+        "command": commandline.leader(serving, tuning) if leader else commandline.worker(serving, tuning),
         "env": _env(serving, tuning),
     }
     if leader:
@@ -558,12 +342,12 @@ def leader_worker_set(
     template["workerTemplate"] = pod_template(
         serving, role, tuning, domain, leader=size == 1, compute_domain=compute_domain
     )
-    annotations = {PROFILE_ANNOTATION: f"{tuning.dialect.name}/{tuning.family.value} goal={tuning.goal.value}"}
+    annotations = {names.PROFILE_ANNOTATION: f"{tuning.dialect.name}/{tuning.family.value} goal={tuning.goal.value}"}
     if domain is not None:
-        annotations[DOMAIN_VALUE_ANNOTATION] = domain
+        annotations[names.DOMAIN_VALUE_ANNOTATION] = domain
     return {
-        "apiVersion": LWS_API_VERSION,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": names.LEADER_WORKER_SET.api_version,
+        "kind": names.LEADER_WORKER_SET.kind,
         "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
         "spec": {
             "replicas": groups,
@@ -580,10 +364,10 @@ def leader_worker_set(
 def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domain: str | None) -> Manifest:
     """The ComputeDomain (IMEX channel) of one LeaderWorkerSet. Its spec is immutable: recreate, never patch."""
     name = lws_name(serving.metadata.name, role, domain)
-    annotations = {DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
+    annotations = {names.DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
     return {
-        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
-        "kind": "ComputeDomain",
+        "apiVersion": names.COMPUTE_DOMAIN.api_version,
+        "kind": names.COMPUTE_DOMAIN.kind,
         "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
     }
@@ -592,12 +376,12 @@ def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domai
 def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning) -> Manifest:
     """The OpenAI endpoint of one role: its group leaders."""
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": names.SERVICE.api_version,
+        "kind": names.SERVICE.kind,
         "metadata": _metadata(service_name(serving.metadata.name, role), serving, _labels(serving, role, "")),
         "spec": {
             "type": "ClusterIP",
-            "selector": {**selector_labels(serving, role), LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": leader_labels(serving, role),
             "ports": [
                 {"name": HTTP_PORT_NAME, "port": tuning.dialect.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
             ],
@@ -613,11 +397,11 @@ def _meta_label(label: str) -> str:
 def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Manifest:
     """A Prometheus Operator PodMonitor for every leader of the serving."""
     return {
-        "apiVersion": POD_MONITOR_API_VERSION,
-        "kind": "PodMonitor",
+        "apiVersion": names.POD_MONITOR.api_version,
+        "kind": names.POD_MONITOR.kind,
         "metadata": _metadata(_fit(serving.metadata.name, "", DNS_LABEL_BUDGET), serving, _labels(serving, None, "")),
         "spec": {
-            "selector": {"matchLabels": {**selector_labels(serving), LWS_WORKER_INDEX_LABEL: "0"}},
+            "selector": {"matchLabels": leader_labels(serving)},
             # vLLM's series get the label names nvlfleet's own gauges carry, so one dashboard selector matches both.
             "podMetricsEndpoints": [
                 {
@@ -626,9 +410,9 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
                     "relabelings": [
                         {"action": "replace", "sourceLabels": [_meta_label(label)], "targetLabel": target}
                         for label, target in (
-                            (SERVING_LABEL, "serving"),
-                            (ROLE_LABEL, "role"),
-                            (DOMAIN_LABEL, "domain"),
+                            (names.SERVING_LABEL, "serving"),
+                            (names.ROLE_LABEL, "role"),
+                            (names.DOMAIN_LABEL, "domain"),
                         )
                     ],
                 }
@@ -655,7 +439,7 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
         )
     pod = serving.spec.pod
     for key in pod.labels:
-        if key.startswith(_RESERVED_LABEL_PREFIXES):
+        if key.startswith(names.RESERVED_LABEL_PREFIXES):
             found.append(
                 problems.Problem(f'spec.pod.labels["{key}"]', "this label is set by nvlfleet and LeaderWorkerSet")
             )
@@ -671,10 +455,10 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
     for section, values in (pod.resources or {}).items():
         if section not in ("limits", "requests"):
             found.append(problems.Problem(f"spec.pod.resources.{section}", "only limits and requests may be set"))
-        elif GPU_RESOURCE in values:
+        elif names.GPU_RESOURCE in values:
             found.append(
                 problems.Problem(
-                    f'spec.pod.resources.{section}["{GPU_RESOURCE}"]',
+                    f'spec.pod.resources.{section}["{names.GPU_RESOURCE}"]',
                     "every pod takes all GPUs of its node; nvlfleet sets this from the GPU generation",
                 )
             )

@@ -13,21 +13,18 @@ Faults, per endpoint: ``restart()`` (counters restart from 0 with a new ``_creat
 (counters stop), ``garbage`` (invalid exposition), ``slow`` (answers after a delay, past any sane scrape timeout),
 ``down`` (the listening socket is closed: connection refused).
 
-Many endpoints live in one process and one event loop (one aiohttp app, one socket per endpoint; the handler
-tells them apart by the local address), so a thousand leaders cost one process: ``start_many`` or
-``nvlfleet simulate``.
+Many endpoints live in one process and one event loop (``nvlfleet.sim.simulator``: one aiohttp app, one socket
+per endpoint), so a thousand leaders cost one process: ``simulator.start_many`` or ``nvlfleet simulate``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import math
-import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import prometheus_client
@@ -205,8 +202,6 @@ class Endpoint:
         self._load = load
         self.mode = Mode.NORMAL
         self.scrapes = 0
-        self._site: web.BaseSite | None = None
-        self._restore_task: asyncio.Task[None] | None = None
         self._reset(clock())
 
     # -- ground truth and state ---------------------------------------------------------------------------
@@ -479,154 +474,3 @@ def _render(families: list[metrics_core.Metric], names: frozenset[str] = frozens
     if names:  # what prometheus-client's exposition apps do with ``?name[]=``
         return prometheus_client.generate_latest(registry.restricted_registry(names))
     return prometheus_client.generate_latest(registry)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.setblocking(False)
-    return sock
-
-
-class Simulator:
-    """Many endpoints served by one aiohttp application in one event loop.
-
-    ``async with Simulator() as sim: ep = await sim.add("127.0.0.1", 0, load=...)`` (port 0 = any free port;
-    ``ep.port`` is the one bound). Each endpoint has its own listening socket; ``down`` closes just that one.
-    """
-
-    def __init__(self, *, clock: Clock = time.time) -> None:
-        self._clock = clock
-        self._endpoints: dict[tuple[str, int], Endpoint] = {}
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        # Handlers of ``slow`` endpoints must not hold up shutdown.
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
-        self._started = False
-
-    @property
-    def endpoints(self) -> list[Endpoint]:
-        return list(self._endpoints.values())
-
-    async def __aenter__(self) -> Simulator:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def add(
-        self,
-        host: str,
-        port: int,
-        *,
-        load: Load,
-        engines: int = 1,
-        model_name: str = DEFAULT_MODEL,
-        slow_seconds: float = 30.0,
-        multiprocess: bool = False,
-    ) -> Endpoint:
-        """Listen on ``host:port`` (0 = any free port) as one more simulated vLLM server."""
-        if not self._started:
-            await self._runner.setup()
-            self._started = True
-        sock = _bind(host, port)
-        host, port = sock.getsockname()[:2]
-        endpoint = Endpoint(
-            host,
-            port,
-            load=load,
-            engines=engines,
-            model_name=model_name,
-            clock=self._clock,
-            slow_seconds=slow_seconds,
-            multiprocess=multiprocess,
-        )
-        self._endpoints[(host, port)] = endpoint
-        await self._open(endpoint, sock)
-        return endpoint
-
-    async def _open(self, endpoint: Endpoint, sock: socket.socket | None = None) -> None:
-        site = web.SockSite(self._runner, sock or _bind(endpoint.host, endpoint.port))
-        await site.start()
-        endpoint._site = site
-
-    async def set_mode(self, endpoint: Endpoint, mode: Mode | str, seconds: float | None = None) -> None:
-        """Switch an endpoint's mode, opening or closing its socket; with ``seconds``, switch back afterwards."""
-        previous = endpoint.mode
-        mode = Mode(mode)
-        endpoint.set_mode(mode)
-        if mode == Mode.DOWN and endpoint._site is not None:
-            site, endpoint._site = endpoint._site, None
-            await site.stop()
-        elif mode != Mode.DOWN and endpoint._site is None:
-            await self._open(endpoint)
-        if endpoint._restore_task is not None:
-            endpoint._restore_task.cancel()
-            endpoint._restore_task = None
-        if seconds is not None:
-            endpoint._restore_task = asyncio.create_task(self._restore(endpoint, previous, seconds))
-
-    async def _restore(self, endpoint: Endpoint, mode: Mode, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        endpoint._restore_task = None
-        await self.set_mode(endpoint, mode)
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        sockname = request.transport.get_extra_info("sockname") if request.transport else None
-        endpoint = self._endpoints.get(tuple(sockname[:2])) if sockname else None
-        if endpoint is None:
-            raise web.HTTPNotFound()
-        if request.path.startswith(CONTROL_PREFIX):
-            return await self._control(endpoint, request)
-        return await endpoint.handle(request)
-
-    async def _control(self, endpoint: Endpoint, request: web.Request) -> web.StreamResponse:
-        """``GET /_sim/state``; ``POST /_sim/mode?mode=stall[&seconds=60]``; ``POST /_sim/restart``;
-        ``POST /_sim/load`` with a JSON body of ``Load`` fields."""
-        action = request.path.removeprefix(CONTROL_PREFIX)
-        try:
-            if request.method == "POST" and action == "/mode":
-                seconds = request.query.get("seconds")
-                await self.set_mode(endpoint, request.query["mode"], float(seconds) if seconds else None)
-            elif request.method == "POST" and action == "/restart":
-                endpoint.restart()
-            elif request.method == "POST" and action == "/load":
-                endpoint.set_load(Load(**await request.json()))
-            elif action != "/state":
-                raise web.HTTPNotFound()
-        except (KeyError, ValueError, TypeError) as err:
-            raise web.HTTPBadRequest(text=f"{type(err).__name__}: {err}\n") from err
-        return web.json_response(
-            {"mode": endpoint.mode, "load": dataclasses.asdict(endpoint.load), "created": endpoint.created}
-        )
-
-    async def close(self) -> None:
-        for endpoint in self._endpoints.values():
-            if endpoint._restore_task is not None:
-                endpoint._restore_task.cancel()
-        with contextlib.suppress(RuntimeError):
-            await self._runner.cleanup()
-
-
-async def start_many(
-    addresses: Sequence[tuple[str, int]],
-    *,
-    load: Load,
-    engines: int = 1,
-    model_name: str = DEFAULT_MODEL,
-    clock: Clock = time.time,
-) -> Simulator:
-    """Start one simulator serving an endpoint on each ``(host, port)``; close it with ``await sim.close()``."""
-    sim = Simulator(clock=clock)
-    try:
-        for host, port in addresses:
-            await sim.add(host, port, load=load, engines=engines, model_name=model_name)
-    except BaseException:
-        await sim.close()
-        raise
-    return sim

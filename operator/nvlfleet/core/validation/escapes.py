@@ -11,7 +11,7 @@ import itertools
 import json
 from collections.abc import Mapping
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import kubetypes, models, problems
 from nvlfleet.core import settings
 from nvlfleet.core.validation import findings
 from nvlfleet.facts import facts
@@ -175,7 +175,7 @@ def _looks_secret(name: str, value: str) -> str | None:
     )
 
 
-def _check_env_source(source: models.EnvVarSource, where: str, out: findings.Findings) -> None:
+def _check_env_source(source: kubetypes.EnvVarSource, where: str, out: findings.Findings) -> None:
     """Exactly one source (the CRD's CEL rule says the same at admission; a file given to ``nvlfleet validate``
     meets it here)."""
     given = [name for name, value in source.to_wire().items() if value is not None]

@@ -1,0 +1,53 @@
+"""The words of a DeepSeekServing's status: its condition types, their reasons, and the reasons of its Events.
+
+Pure API vocabulary at the end of the data flow (… → apply → prune → **status**): the reconciler writes them, and
+people, ``kubectl wait --for=condition=Ready``, alerts and dashboards read them, so each is spelled here once.
+Reasons are one CamelCase word, as Kubernetes conventions ask. A reason may be another condition's type: Ready is
+False *because* of InsufficientCapacity or Degraded.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# ---------------------------------------------------------------------------------------------------------------
+# Condition types, in the order the status lists them
+
+READY: Final = "Ready"
+PLACED: Final = "Placed"
+PROGRESSING: Final = "Progressing"
+DEGRADED: Final = "Degraded"
+INSUFFICIENT_CAPACITY: Final = "InsufficientCapacity"
+CONDITION_TYPES: Final = (READY, PLACED, PROGRESSING, DEGRADED, INSUFFICIENT_CAPACITY)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Condition reasons
+
+ALL_GROUPS_PLACED: Final = "AllGroupsPlaced"  # Placed True
+NOT_ENOUGH_FREE_NODES: Final = "NotEnoughFreeNodes"  # InsufficientCapacity True
+FITS: Final = "Fits"  # InsufficientCapacity False
+GROUPS_UNHEALTHY: Final = "GroupsUnhealthy"  # Degraded True
+HEALTHY: Final = "Healthy"  # Degraded False
+ROLLING_UPDATE: Final = "RollingUpdate"  # Progressing True
+APPLYING: Final = "Applying"  # Progressing True
+WAITING_FOR_GROUPS: Final = "WaitingForGroups"  # Progressing True
+COMPLETE: Final = "Complete"  # Progressing False
+ALL_GROUPS_READY: Final = "AllGroupsReady"  # Ready True
+SCALED_TO_ZERO: Final = "ScaledToZero"  # Ready True
+GROUPS_NOT_READY: Final = "GroupsNotReady"  # Ready False
+
+# Why the fleet is frozen (left exactly as it runs): the reason of Ready and Progressing, and of the Warning
+# event that says so.
+INVALID_SPEC: Final = "InvalidSpec"
+MISSING_PREREQUISITE: Final = "MissingPrerequisite"
+NAME_CONFLICT: Final = "NameConflict"
+FREEZES: Final = (INVALID_SPEC, MISSING_PREREQUISITE, NAME_CONFLICT)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Event reasons besides the condition types and freezes above
+
+APPLIED: Final = "Applied"  # children created or updated
+RECREATING: Final = "Recreating"  # a ComputeDomain deleted to be created again (its spec is immutable)
+PRUNED: Final = "Pruned"  # children no longer in the plan deleted
+SPEC_WARNING: Final = "SpecWarning"  # accepted, but validation warns it will run badly
+RECOVERED: Final = "Recovered"  # Degraded turned False
