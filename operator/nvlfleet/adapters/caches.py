@@ -47,8 +47,9 @@ def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What the planner reads of another serving's LeaderWorkerSet: whose it is, where it is pinned (the
-    domain annotation, else its pods' node affinity or selector), how many groups of how many nodes."""
+    """What the planner reads of another serving's LeaderWorkerSet: whose it is (labels, and the owner reference
+    that proves it: labels alone can be written by anyone), where it is pinned (the domain annotation, else its
+    pods' node affinity or selector), how many groups of how many nodes."""
     meta, spec = body.get("metadata", {}), body.get("spec", {})
     lwt = spec.get("leaderWorkerTemplate") or {}
 
@@ -66,6 +67,11 @@ def trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
             "resourceVersion": meta.get("resourceVersion"),
             "labels": dict(meta.get("labels") or {}),
             "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [
+                {k: ref.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
+                for ref in meta.get("ownerReferences") or []
+                if isinstance(ref, Mapping)
+            ],
         },
         "spec": {
             "replicas": spec.get("replicas", 1),

@@ -40,7 +40,7 @@ from nvlfleet.core import inventory
 log = logging.getLogger("nvlfleet")
 
 DSS = (names.GROUP, names.VERSION, names.PLURAL)
-INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws")
+INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws", "live_servings")
 
 
 def _operator(memo: Any) -> Operator:
@@ -193,6 +193,19 @@ async def forget_serving(namespace: str | None, name: str, memo: kopf.Memo, **_:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Nodes, GPU pods, LeaderWorkerSets: the indexes the planner reads, and the nudges they cause
+
+
+@kopf.index(*DSS)
+def live_servings(uid: str, **_: Any) -> dict[None, str]:
+    """The uid of every DeepSeekServing that exists: a LeaderWorkerSet holds capacity only while one owns it."""
+    return {None: uid}
+
+
+@kopf.on.event(*DSS)
+async def serving_event(type: str, memo: kopf.Memo, **_: Any) -> None:
+    """A serving appeared or went: the groups counted as held change (status updates change nothing)."""
+    if type in ("ADDED", "DELETED", None):
+        _operator(memo).changed()
 
 
 @kopf.index("nodes")

@@ -194,6 +194,7 @@ class Operator:
             pods=list(_store(self.indices, "gpu_pods")),
             bound=list(_store(self.indices, "bound_gpu_pods")),
             fleet=self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
+            live_servings=frozenset(_store(self.indices, "live_servings")) if "live_servings" in self.indices else None,
         )
         spec = snap.serving.get("spec")
         placement = (spec.get("placement") or {}) if isinstance(spec, Mapping) else None

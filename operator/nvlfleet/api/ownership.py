@@ -28,6 +28,28 @@ def is_child_of(obj: Mapping[str, Any], serving_name: str, serving_uid: str) -> 
     )
 
 
+def owning_serving_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the serving whose child ``obj`` says it is: nvlfleet's labels and a controller owner reference to
+    a DeepSeekServing of the labelled name. None when it is not a serving's child at all (a hand-made object with
+    nvlfleet's labels, which must not count for anything)."""
+    meta = objects.as_mapping(obj.get("metadata"))
+    labels = objects.as_mapping(meta.get("labels"))
+    name = labels.get(names.SERVING_LABEL)
+    if labels.get(names.MANAGED_BY_LABEL) != names.MANAGED_BY or not isinstance(name, str):
+        return None
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == names.KIND
+            and ref.get("name") == name
+            and ref.get("controller") is True
+            and isinstance(ref.get("uid"), str)
+            and ref["uid"]
+        ):
+            return str(ref["uid"])
+    return None
+
+
 def owner_reference(serving_name: str, serving_uid: str) -> dict[str, Any]:
     """The controller owner reference that makes an object the serving's (and garbage-collects it with it)."""
     return {

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-FIELD_MANAGER = "nvlfleet"  # TODO(merge): api.names
+from nvlfleet.api import names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +74,17 @@ def _foreign_entries(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [
         e
         for e in _as_list(_as_mapping(obj.get("metadata")).get("managedFields"))
-        if isinstance(e, Mapping) and e.get("manager") != FIELD_MANAGER and not e.get("subresource") and _spec_fields(e)
+        if isinstance(e, Mapping)
+        and e.get("manager") != names.FIELD_MANAGER
+        and not e.get("subresource")
+        and _spec_fields(e)
     ]
 
 
 def _our_spec_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     merged: dict[str, Any] = {}
     for e in _as_list(_as_mapping(obj.get("metadata")).get("managedFields")):
-        if isinstance(e, Mapping) and e.get("manager") == FIELD_MANAGER and not e.get("subresource"):
+        if isinstance(e, Mapping) and e.get("manager") == names.FIELD_MANAGER and not e.get("subresource"):
             _merge(merged, _spec_fields(e))
     return merged
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nvlfleet.api import models, names, objects
+from nvlfleet.api import models, names, objects, ownership
 from nvlfleet.core import inventory, planner
 
 
@@ -80,18 +80,22 @@ def placements_of(
     ]
 
 
-def held(fleet: Iterable[Mapping[str, Any]], label: str) -> list[planner.Placement]:
-    """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them."""
+def held(fleet: Iterable[Mapping[str, Any]], label: str, live: frozenset[str] | None = None) -> list[planner.Placement]:
+    """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them.
+
+    Only a LeaderWorkerSet a serving owns holds capacity: nvlfleet's labels and domain annotation can be written
+    on any object, so a hand-made one (no controller owner reference to a DeepSeekServing, or one to a serving
+    that no longer exists: ``live``, the uids of the servings that do, when the adapter knows them) holds nothing.
+    Its pods, if any ever bind, hold their GPUs through the inventory like any other pod."""
     found: dict[inventory.RoleKey, tuple[int, dict[str, int]]] = {}
     for lws in fleet:
         meta = objects.as_mapping(lws.get("metadata"))
         labels = objects.as_mapping(meta.get("labels"))
         name, role = labels.get(names.SERVING_LABEL), labels.get(names.ROLE_LABEL)
-        if (
-            labels.get(names.MANAGED_BY_LABEL) != names.MANAGED_BY
-            or not isinstance(name, str)
-            or not isinstance(role, str)
-        ):
+        uid = ownership.owning_serving_uid(lws)
+        if uid is None or (live is not None and uid not in live) or not isinstance(name, str):
+            continue
+        if not isinstance(role, str):
             continue
         owner = inventory.RoleKey(inventory.ServingKey(str(meta.get("namespace", "default")), name), role)
         where = domain(lws, label)

@@ -103,6 +103,7 @@ class Snapshot:
     bound: Sequence[inventory.GpuPod] | None = None
     view: FleetView | None = None
     policy: policy_.Policy = policy_.DEFAULT  # what the cluster admin lets a serving ask for
+    live_servings: frozenset[str] | None = None  # uids of the servings that exist, when the adapter knows them
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -253,7 +254,9 @@ def _grows(held: Iterable[planner.Placement], placement: Mapping[str, Mapping[st
 def fleet_view(snap: Snapshot, domain_label: str) -> FleetView:
     """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values."""
     return FleetView(
-        domain_label, _inventory(snap, domain_label), tuple(leaderworkersets.held(snap.fleet, domain_label))
+        domain_label,
+        _inventory(snap, domain_label),
+        tuple(leaderworkersets.held(snap.fleet, domain_label, snap.live_servings)),
     )
 
 
