@@ -13,6 +13,8 @@ import datetime
 import re
 from typing import Any
 
+import pytest
+
 from nvlfleet.adapters import operator
 from nvlfleet.api import crd, names, reasons
 from nvlfleet.core import inventory, leaderworkersets, planner, reconciler, render, validation
@@ -483,6 +485,44 @@ def test_a_group_whose_node_is_gone_is_degraded_and_named() -> None:
     assert cluster.serving["status"]["ready"] == "1/2"
     assert ready_condition(cluster.serving["status"])["reason"] == "Degraded"
     assert ("Warning", "Degraded") in [(e.type, e.reason) for e in decision.events]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"spec": {"unschedulable": True}}, "which is cordoned"),
+        (
+            {"metadata": {"labels": {"nvidia.com/gpu.clique": None}}},
+            "which left the group's NVLink domain (its nvidia.com/gpu.clique label is gone)",
+        ),
+        (
+            {"metadata": {"labels": {"nvidia.com/gpu.clique": "elsewhere.9"}}},
+            "nvidia.com/gpu.clique is now elsewhere.9",
+        ),
+    ],
+    ids=["cordoned", "clique label gone", "clique label changed"],
+)
+def test_a_running_groups_node_that_is_cordoned_or_leaves_its_domain_degrades_it_by_name(
+    change: dict[str, Any], said: str
+) -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    cluster.run_groups()
+    cluster.converge()
+    victim = cluster.pods[0]["spec"]["nodeName"]
+    node = next(n for n in cluster.nodes if n["metadata"]["name"] == victim)
+    node.setdefault("spec", {}).update(change.get("spec", {}))
+    for key, value in change.get("metadata", {}).get("labels", {}).items():
+        if value is None:
+            node["metadata"]["labels"].pop(key)
+        else:
+            node["metadata"]["labels"][key] = value
+
+    cluster.converge(T1)
+
+    degraded = condition(cluster.serving["status"], reasons.DEGRADED)
+    assert degraded["status"] == "True"
+    assert f"node {victim}, {said}" in degraded["message"]
 
 
 def test_a_crash_looping_pod_degrades_its_group_and_recovery_is_announced() -> None:

@@ -75,7 +75,7 @@ def assess(
         here_ready = 0
         for index in range(replicas):
             members = members_of.get((lws_name, str(index)), [])
-            problems_ = [p for m in members if (p := _pod_trouble(m, nodes)) is not None]
+            problems_ = [p for m in members if (p := _pod_trouble(m, nodes, label, domain)) is not None]
             if problems_:
                 hurt.append(f"{role} group {index} in domain {inventory.short_domain(domain)}: {problems_[0]}")
             elif len(members) == size and all(_pod_ready(m) for m in members):
@@ -117,8 +117,13 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _pod_trouble(pod: Mapping[str, Any], nodes: Mapping[str, inventory.Node]) -> str | None:
-    """Why a pod of a placed group cannot serve, for the Degraded condition; None when nothing is wrong yet."""
+def _pod_trouble(pod: Mapping[str, Any], nodes: Mapping[str, inventory.Node], label: str, domain: str) -> str | None:
+    """Why a pod of a placed group cannot serve, for the Degraded condition; None when nothing is wrong yet.
+
+    A node of the group that was cordoned, or that no longer carries the group's NVLink domain (``label`` now
+    says another domain, or nothing: GPU Feature Discovery lost the fabric, someone relabelled it), degrades the
+    group even while its pods still run: the group's all-to-all no longer has the domain it was placed in, and a
+    cordoned node is on its way out."""
     meta = objects.as_mapping(pod.get("metadata"))
     node_name = objects.as_mapping(pod.get("spec")).get("nodeName")
     status = objects.as_mapping(pod.get("status"))
@@ -129,6 +134,13 @@ def _pod_trouble(pod: Mapping[str, Any], nodes: Mapping[str, inventory.Node]) ->
             return f"pod {pod_name} is on node {node_name}, which is gone"
         if not node.ready:
             return f"pod {pod_name} is on node {node_name}, which is NotReady"
+        if node.unschedulable:
+            return f"pod {pod_name} is on node {node_name}, which is cordoned"
+        now = node.labels.get(label)
+        # A group pinned by hostname (NVLink stops at the node) names its node, not a domain label's value.
+        if domain != "unpinned" and domain not in (now, node.labels.get(names.HOSTNAME_LABEL, node.name)):
+            where = f"{label} is now {now}" if now else f"its {label} label is gone"
+            return f"pod {pod_name} is on node {node_name}, which left the group's NVLink domain ({where})"
     if status.get("phase") == "Failed":
         return f"pod {pod_name} failed ({status.get('reason') or 'no reason given'})"
     for container in status.get("containerStatuses") or []:
