@@ -497,7 +497,7 @@ def test_a_group_whose_node_is_gone_is_degraded_and_named() -> None:
         ),
         (
             {"metadata": {"labels": {"nvidia.com/gpu.clique": "elsewhere.9"}}},
-            "nvidia.com/gpu.clique is now elsewhere.9",
+            "which left the group's NVLink domain (nvidia.com/gpu.clique is now elsewhere.9)",
         ),
     ],
     ids=["cordoned", "clique label gone", "clique label changed"],
