@@ -366,7 +366,7 @@ def test_a_write_the_api_server_refuses_is_an_event_on_the_serving_and_is_retrie
     cluster.create(serving("refused", fleet, groups=1))
 
     def refusal() -> list[str]:
-        return [m for t, r, m in cluster.events("refused") if (t, r) == ("Warning", "ApplyFailed")]
+        return [m for t, r, m in cluster.events("refused") if (t, r) == ("Warning", "ApplyRefused")]
 
     messages = wait_for(refusal, 60, "a Warning event saying the API server refused the LeaderWorkerSet")
     assert "exceeded quota" in messages[0]

@@ -67,6 +67,12 @@ class ApiError(Exception):
     def conflict(self) -> bool:
         return self.status == 409
 
+    @property
+    def refused(self) -> bool:
+        """A verdict on the object itself (invalid, over quota, denied by admission), which retrying the same
+        write will not change: unlike a conflict, a throttle, a missing API or an unreachable server."""
+        return 400 <= self.status < 500 and self.status not in (404, 409, 429)
+
 
 def connect(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
     """An API client from ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), else the in-cluster account."""
@@ -176,6 +182,17 @@ class Api:
             query=query,
             body=yaml_safe_json(obj),
             content_type="application/apply-patch+yaml",
+        )
+        return answer
+
+    def replace(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Update ``obj`` whole (PUT, failing with a conflict if it changed since its ``resourceVersion``): how a
+        child is rid of fields another manager set, which no apply removes (``core.fieldsets``)."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        query = [("fieldManager", names.FIELD_MANAGER)]
+        answer: dict[str, Any] = self.request(
+            "PUT", kind.path(meta.get("namespace"), meta["name"]), query=query, body=dict(obj)
         )
         return answer
 

@@ -208,6 +208,30 @@ async def serving_event(type: str, memo: kopf.Memo, **_: Any) -> None:
         _operator(memo).changed()
 
 
+async def _child_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo) -> None:
+    """A Service or ComputeDomain of a serving changed or went (by hand, by another controller): the serving's
+    pass repairs it in seconds rather than at the next re-check."""
+    op = _operator(memo)
+    serving = labels.get(names.SERVING_LABEL)
+    if serving and namespace and op.watched(namespace):
+        op.nudges.add(inventory.ServingKey(namespace, serving))
+
+
+@kopf.on.event("v1", "services", labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
+async def service_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
+    await _child_event(namespace, labels, memo)
+
+
+@kopf.on.event(
+    names.COMPUTE_DOMAIN.group,
+    names.COMPUTE_DOMAIN.version,
+    names.COMPUTE_DOMAIN.plural,
+    labels={names.MANAGED_BY_LABEL: names.MANAGED_BY},
+)
+async def compute_domain_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
+    await _child_event(namespace, labels, memo)
+
+
 @kopf.index("nodes")
 def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.Node]:
     """Each node parsed once, when its watch event arrives. A node the API server should never return (a

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import functools
 import itertools
 import logging
 import time
@@ -44,7 +45,7 @@ from typing import Any
 
 from nvlfleet.adapters import caches, exporter, kube, nudges, scraper
 from nvlfleet.adapters.config import Config
-from nvlfleet.api import models, names, ownership, problems
+from nvlfleet.api import models, names, ownership, problems, reasons
 from nvlfleet.core import group_telemetry, inventory, reconciler
 
 log = logging.getLogger("nvlfleet")
@@ -120,9 +121,9 @@ class Operator:
                 if decision.places_groups:
                     async with self.fleet_lock:
                         snap, decision, _ = await self._decide(api, serving, self._recached(snap), checked)
-                        written = await self._write(api, key, serving, decision, self._apply)
+                        written = await self._carry_out(api, key, serving, snap, decision)
                 else:
-                    written = await self._write(api, key, serving, decision, self._apply)
+                    written = await self._carry_out(api, key, serving, snap, decision)
                 if not written or not await self._write(api, key, serving, decision, self._report):
                     return None
         self.failures.pop(key, None)
@@ -168,7 +169,8 @@ class Operator:
         try:
             await asyncio.to_thread(step, api, serving, decision)
         except kube.ApiError as err:
-            await asyncio.to_thread(self._report_failure, api, key, serving, err)
+            if not isinstance(err, _Refused):  # a refusal is told by the status and its event (reconciler.refused)
+                await asyncio.to_thread(self._report_failure, api, key, serving, err)
             raise
         return True
 
@@ -259,13 +261,42 @@ class Operator:
                 found.append(there)
         return found
 
+    async def _carry_out(
+        self,
+        api: kube.Api,
+        key: inventory.ServingKey,
+        serving: Mapping[str, Any],
+        snap: reconciler.Snapshot,
+        decision: reconciler.Decision,
+    ) -> bool:
+        """The decision's children; when the API server refuses one, what ``reconciler.refused`` decides instead
+        (its status and the ComputeDomains left without a LeaderWorkerSet), then the refusal is raised for a retry."""
+        try:
+            return await self._write(api, key, serving, decision, self._apply)
+        except _Refused as refusal:
+            after = reconciler.refused(snap, refusal.kind, refusal.name, refusal.error.message, refusal.applied)
+            if await self._write(api, key, serving, after, self._apply):
+                await self._write(api, key, serving, after, self._report)
+            raise refusal.error from None
+
     def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
-        """The children: applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
+        """The children: fields other managers set removed first, the LeaderWorkerSets this pass creates tried
+        (dry run) before anything is created — so a refused one leaves no ComputeDomain behind —, then everything
+        applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
         meta = serving["metadata"]
+        for obj in decision.replace:
+            api.replace(obj)
+            log.warning("removed fields other managers set on %s", kube.describe(obj))
+        new_sets = {n for k, n in decision.creates if k == names.LEADER_WORKER_SET.kind}
+        applied: list[dict[str, Any]] = []
+        for obj in [o for o in decision.apply if o["kind"] == names.LEADER_WORKER_SET.kind]:
+            if obj["metadata"]["name"] in new_sets:
+                _refusable(functools.partial(api.apply, obj, dry_run=True), obj, applied)
         for obj in decision.apply:
-            applied = api.apply(obj)
+            answer = _refusable(functools.partial(api.apply, obj), obj, applied)
+            applied.append(answer)
             if obj["kind"] == names.LEADER_WORKER_SET.kind:
-                self.written.note(caches.trim_lws(applied))
+                self.written.note(caches.trim_lws(answer))
                 self.changed()
             log.info("applied %s", kube.describe(obj))
         for old in decision.delete:
@@ -296,7 +327,7 @@ class Operator:
             return
         self.failures[key] = message
         try:
-            api.emit_event(serving, "Warning", "ApplyFailed", message)
+            api.emit_event(serving, "Warning", reasons.APPLY_FAILED, message)
         except kube.ApiError:
             log.warning("could not record the failure of %s: %s", key, err)
 
@@ -464,3 +495,22 @@ def _status_metrics(summary: group_telemetry.GroupTelemetry | None) -> dict[str,
             else None
         ),
     }
+
+
+class _Refused(kube.ApiError):
+    """The API server refused child ``kind``/``name``; ``applied`` is what it answered to the writes before."""
+
+    def __init__(self, obj: Mapping[str, Any], error: kube.ApiError, applied: list[dict[str, Any]]) -> None:
+        super().__init__(error.status, error.reason, error.message)
+        self.kind, self.name = str(obj["kind"]), str(obj["metadata"]["name"])
+        self.error, self.applied = error, list(applied)
+
+
+def _refusable(write: Callable[[], dict[str, Any]], obj: Mapping[str, Any], applied: list[dict[str, Any]]) -> Any:
+    """``write()``, with a refusal of ``obj`` (``kube.ApiError.refused``) raised as ``_Refused``."""
+    try:
+        return write()
+    except kube.ApiError as err:
+        if err.refused:
+            raise _Refused(obj, err, applied) from err
+        raise

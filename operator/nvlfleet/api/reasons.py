@@ -41,7 +41,8 @@ GROUPS_NOT_READY: Final = "GroupsNotReady"  # Ready False
 INVALID_SPEC: Final = "InvalidSpec"
 MISSING_PREREQUISITE: Final = "MissingPrerequisite"
 NAME_CONFLICT: Final = "NameConflict"
-FREEZES: Final = (INVALID_SPEC, MISSING_PREREQUISITE, NAME_CONFLICT)
+APPLY_REFUSED: Final = "ApplyRefused"  # the API server refused a child (quota, admission, an invalid field)
+FREEZES: Final = (INVALID_SPEC, MISSING_PREREQUISITE, NAME_CONFLICT, APPLY_REFUSED)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Event reasons besides the condition types and freezes above
@@ -51,3 +52,5 @@ RECREATING: Final = "Recreating"  # a ComputeDomain deleted to be created again 
 PRUNED: Final = "Pruned"  # children no longer in the plan deleted
 SPEC_WARNING: Final = "SpecWarning"  # accepted, but validation warns it will run badly
 RECOVERED: Final = "Recovered"  # Degraded turned False
+REVERTED: Final = "Reverted"  # fields another field manager set on a child were removed
+APPLY_FAILED: Final = "ApplyFailed"  # a write failed for a passing reason (unreachable, conflict): retried

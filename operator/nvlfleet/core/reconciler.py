@@ -48,7 +48,7 @@ from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership, problems, reasons, servingstatus
 from nvlfleet.api import policy as policy_
-from nvlfleet.core import health, inventory, leaderworkersets, planner, render, report, validation
+from nvlfleet.core import fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
 from nvlfleet.facts import hardware
 
 # The API each child kind needs, with the sentence that tells a person what to install.
@@ -128,6 +128,9 @@ class Decision:
 
     apply: tuple[dict[str, Any], ...] = ()
     delete: tuple[Mapping[str, Any], ...] = ()
+    # Children to update (PUT, with their resourceVersion) before anything is applied: observed objects without
+    # the spec fields other field managers set (``fieldsets``), which no apply would remove.
+    replace: tuple[dict[str, Any], ...] = ()
     status: dict[str, Any] | None = None
     events: tuple[report.Event, ...] = ()
     placement: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
@@ -141,7 +144,7 @@ class Decision:
 
     @property
     def writes(self) -> bool:
-        return bool(self.apply or self.delete or self.status is not None or self.events)
+        return bool(self.apply or self.delete or self.replace or self.status is not None or self.events)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -201,6 +204,7 @@ def reconcile(snap: Snapshot) -> Decision:
     return Decision(
         apply=tuple(changes.apply),
         delete=tuple(changes.delete),
+        replace=tuple(changes.replace),
         status=patch if report.differs(patch, before) else None,
         events=tuple(events),
         placement=placement,
@@ -319,12 +323,14 @@ class _Changes:
     updates: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     recreates: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     pruned: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    replace: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    reverted: list[tuple[tuple[str, str], fieldsets.Foreign]] = dataclasses.field(default_factory=list)
     waiting: bool = False
 
     @property
     def busy(self) -> bool:
         """Whether anything is being applied, deleted or waited for."""
-        return bool(self.apply or self.delete or self.waiting)
+        return bool(self.apply or self.delete or self.replace or self.waiting)
 
     def events(self) -> list[report.Event]:
         out = []
@@ -338,6 +344,15 @@ class _Changes:
                     "Normal",
                     reasons.RECREATING,
                     f"deleted {_names(self.recreates)} to recreate it: a ComputeDomain spec is immutable",
+                )
+            )
+        for (kind, name), found in self.reverted:
+            out.append(
+                report.Event(
+                    "Warning",
+                    reasons.REVERTED,
+                    f"removed from {kind} {name} what {', '.join(found.managers)} set and nvlfleet does not render: "
+                    + ", ".join(found.paths),
                 )
             )
         if self.pruned:
@@ -363,6 +378,10 @@ def _diff(desired: Sequence[dict[str, Any]], owned: Sequence[Mapping[str, Any]])
             changes.delete.append(old)
             changes.recreates.append(ident)
             changes.waiting = True
+        elif (found := fieldsets.foreign(old)) is not None:
+            changes.replace.append(fieldsets.without_foreign(old))
+            changes.reverted.append((ident, found))
+            changes.apply.append(want)  # the desired state on top, in case the intruder also changed ours
         elif not contains(want, old):
             changes.apply.append(want)
             changes.updates.append(ident)
@@ -389,6 +408,24 @@ def _conflicts(desired: Sequence[Mapping[str, Any]], foreign: Sequence[Mapping[s
         "alone — delete or rename it"
         for kind, name in sorted({_ident(f) for f in foreign} & wanted)
     ]
+
+
+def refused(snap: Snapshot, kind: str, name: str, message: str, applied: Sequence[Mapping[str, Any]] = ()) -> Decision:
+    """What follows when the API server refuses child ``kind``/``name`` (quota, admission, an invalid field): the
+    fleet is left as it is with ``Ready=False, ApplyRefused`` naming the child and the server's reason, and a
+    ComputeDomain without its LeaderWorkerSet — created by this pass (``applied``: what the server answered to the
+    applies before the refusal) or an earlier one — is deleted, since nothing would ever use it."""
+    before = objects.as_mapping(snap.serving.get("status"))
+    meta = objects.as_mapping(snap.serving.get("metadata"))
+    mine = [
+        c
+        for c in (*snap.children, *applied)
+        if ownership.is_child_of(c, str(meta.get("name")), str(meta.get("uid") or ""))
+    ]
+    sets = {_ident(c)[1] for c in mine if c.get("kind") == names.LEADER_WORKER_SET.kind}
+    orphans = {_ident(c): c for c in mine if c.get("kind") == names.COMPUTE_DOMAIN.kind and _ident(c)[1] not in sets}
+    frozen = _frozen(snap, before, reasons.APPLY_REFUSED, f"the API server refused {kind} {name}: {message}")
+    return dataclasses.replace(frozen, delete=tuple(orphans.values()))
 
 
 def _frozen(snap: Snapshot, before: Mapping[str, Any], reason: str, message: str) -> Decision:
