@@ -147,3 +147,14 @@ def test_the_webhook_refuses_a_serving_nested_too_deep_with_the_field_path(
     assert 'admission webhook "validate-deepseekserving.nvlfleet.io" denied the request' in refused.stderr
     assert "spec.pod.volumes[0].a.a.a" in refused.stderr
     assert operator.running()
+
+
+@pytest.mark.parametrize("name", ["x" * 64, "a.b"])
+def test_a_name_that_cannot_name_the_children_is_refused_at_admission_with_the_reason(
+    gb200_fleet: Callable[..., Any], cluster: servings.Cluster, name: str
+) -> None:
+    fleet = gb200_fleet(1)
+    with pytest.raises(client.ApiException) as refused:
+        cluster.create(servings.serving(name, fleet, groups=1, nodes=1))
+    assert refused.value.status == 422
+    assert "metadata.name must be a DNS-1035 label" in refused.value.body

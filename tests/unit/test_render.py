@@ -471,6 +471,18 @@ def test_names_fit_the_leaderworkerset_budget_and_stay_distinct() -> None:
     assert all(len(n) <= 63 for n in names)
 
 
+def test_a_name_chosen_to_look_like_a_cut_one_takes_no_other_servings_children() -> None:
+    victim = "v" * 63
+    cut = render.lws_name(victim, models.RoleName.DECODE, sb.CLIQUE_A)
+    # Before, a cut name was <first characters>-<6 hex digits>-<suffix>: a 32-character serving named like the
+    # victim's cut prefix got the victim's LeaderWorkerSet names, and a 56-character one its Service names.
+    for mimic in {cut.rsplit("-decode-", 1)[0], cut[: cut.rindex("-")], "v" * 14 + "-" + cut[-16:]}:
+        assert render.lws_name(mimic, models.RoleName.DECODE, sb.CLIQUE_A) != cut
+    assert render.service_name("v" * 49 + "-" + render.short_hash(victim, 6), models.RoleName.DECODE) != (
+        render.service_name(victim, models.RoleName.DECODE)
+    )
+
+
 def test_rendering_is_deterministic() -> None:
     serving = sb.serving(groups=2, prefill=sb.role(groups=1, tensor=1, nodes=1))
     placement = {"decode": {sb.CLIQUE_B: 1, sb.CLIQUE_A: 1}, "prefill": {sb.CLIQUE_A: 1}}

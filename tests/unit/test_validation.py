@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from nvlfleet.api import models, problems
 from nvlfleet.core import validation
 from nvlfleet.core.validation import escapes
+from support import servingbuilder as sb
 
 HF_TOKEN = "hf_" + "a1B2c3D4e5" * 4  # shaped like a real token; not one
 DELETE = object()
@@ -915,3 +916,10 @@ def test_no_input_makes_validation_raise(edits: list[tuple[tuple[str, ...], Any]
         node[place[-1]] = value
     review = validation.review(obj)
     assert all(isinstance(p, problems.Problem) for p in (*review.errors, *review.warnings))
+
+
+@pytest.mark.parametrize("name", ["a.b", "x" * 64, "9lives"])
+def test_a_name_that_cannot_name_the_children_is_refused_with_the_reason(name: str) -> None:
+    (problem,) = validation.validate(sb.serving_dict(name=name))
+    assert problem.path == "metadata.name"
+    assert "must be a DNS-1035 label" in problem.message and "names the serving's Services" in problem.message

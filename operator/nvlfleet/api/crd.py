@@ -176,6 +176,16 @@ def schema() -> dict[str, Any]:
                 "spec": spec,
                 "status": status,
             },
+            # The name becomes the name and the nvlfleet.io/serving label value of every child: a longer one or
+            # one with dots could only be reported after admission (the API server allows 253 characters).
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.metadata.name.size() <= 63 && "
+                    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                    "message": "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
+                    "with a letter, at most 63 characters): it names the serving's Services and LeaderWorkerSets",
+                }
+            ],
         }
     )
 

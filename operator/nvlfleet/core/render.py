@@ -42,7 +42,8 @@ Names, labels, budgets
   the SHA-256 of the domain value (clique values are 42+ characters and unreadable), or ``unpinned``. Budget
   48 characters: LWS names a StatefulSet ``<lws>-<group>`` whose pods carry ``controller-revision-hash:
   <lws>-<group>-<10-char hash>``, a label value capped at 63; with up to 1,000 groups (3 digits) that leaves 48.
-  Longer serving names are cut and disambiguated with a 6-hex hash of the full name.
+  Longer serving names are cut and end with a 16-hex-digit hash of the full name, so no two servings share a child name
+  (``_fit``); a serving name itself is a DNS-1035 label of at most 63 characters (checked at admission).
 - Service ``<serving>-<role>`` and PodMonitor ``<serving>``: 63 characters (DNS-1035 label).
 - Labels on every object and pod: ``app.kubernetes.io/{name: vllm, instance: <serving>, component: <role>,
   managed-by: nvlfleet}``, ``nvlfleet.io/serving``, ``nvlfleet.io/role``, and on LWS/ComputeDomain/pods
@@ -111,13 +112,23 @@ def domain_id(domain: str | None) -> str:
     return UNPINNED if domain is None else short_hash(domain)
 
 
+NAME_HASH_LENGTH = 16  # hex digits of the full serving name's hash in a cut name: 64 bits, not found by search
+
+
 def _fit(serving: str, suffix: str, budget: int) -> str:
+    """``<serving>-<suffix>`` when it fits; else ``<serving cut>-<suffix>-<hash of the whole serving name>``.
+
+    Two servings never share a child name. Uncut names end with the suffix (a role, or a role and the 8-hex-digit
+    domain id), cut ones with the hash: a role is no hex number, and after a domain id comes nothing but in a cut
+    name, so no uncut name is ever a cut one. Two cut names are equal only when the hashes of the full names are,
+    which 64 bits make a matter of luck nobody can search for (with the 6 hex digits before, a 32-character name
+    could be chosen to take a 63-character serving's LeaderWorkerSets)."""
     name = f"{serving}-{suffix}" if suffix else serving
     if len(name) <= budget:
         return name
-    keep = budget - len(suffix) - (8 if suffix else 7)  # "-" + 6 hash (+ "-")
-    cut = f"{serving[:keep].rstrip('-')}-{short_hash(serving, 6)}"
-    return f"{cut}-{suffix}" if suffix else cut
+    tail = f"-{suffix}" if suffix else ""
+    keep = budget - len(tail) - 1 - NAME_HASH_LENGTH
+    return f"{serving[:keep].rstrip('-')}{tail}-{short_hash(serving, NAME_HASH_LENGTH)}"
 
 
 def lws_name(serving: str, role: models.RoleName, domain: str | None) -> str:
@@ -434,7 +445,8 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
             problems.Problem(
                 "metadata.name",
                 f"{name!r} must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, "
-                f"at most {DNS_LABEL_BUDGET} characters): it names Services and labels",
+                f"at most {DNS_LABEL_BUDGET} characters): it names the serving's Services and LeaderWorkerSets and "
+                "is the value of their nvlfleet.io/serving label",
             )
         )
     pod = serving.spec.pod

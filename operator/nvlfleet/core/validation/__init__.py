@@ -40,7 +40,7 @@ holds what they report into.
 from __future__ import annotations
 
 from nvlfleet.api import models, policy, problems
-from nvlfleet.core import economics, privileges
+from nvlfleet.core import economics, privileges, render
 from nvlfleet.core.validation import escapes, family, findings, pod, rules, shape
 from nvlfleet.core.validation.findings import Review
 from nvlfleet.core.validation.parsing import PATTERN_MEANINGS, parse
@@ -68,7 +68,9 @@ def review(obj: object, allowed: policy.Policy = policy.DEFAULT) -> Review:
     if serving is None:
         return Review(serving=None, errors=tuple(found))
     semantic = review_serving(serving, allowed)
-    return Review(serving=serving, errors=(*found, *semantic.errors), warnings=semantic.warnings)
+    said = {p.path for p in found}  # metadata checked while parsing is not refused twice
+    errors = (*found, *(p for p in semantic.errors if p.path not in said))
+    return Review(serving=serving, errors=errors, warnings=semantic.warnings)
 
 
 def review_serving(serving: models.DeepSeekServing, allowed: policy.Policy = policy.DEFAULT) -> Review:
@@ -77,6 +79,12 @@ def review_serving(serving: models.DeepSeekServing, allowed: policy.Policy = pol
     spec = serving.spec
     for problem in privileges.problems_of(spec, allowed):
         out.error(problem.path, problem.message)
+    # What render cannot honour (names, reserved labels, volumes and mounts): its rule, checked here too, so that
+    # whatever validate accepts renders. A field already refused above is not refused twice.
+    refused = {p.path for p in out.errors}
+    for problem in render.problems_for(serving, None):
+        if problem.path not in refused:
+            out.error(problem.path, problem.message)
     shape.check_shape_rules(spec, out)
     topology_ok = True
     for role, role_spec in spec.roles_present():
