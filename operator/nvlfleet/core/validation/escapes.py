@@ -65,8 +65,6 @@ _ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef
 # Name segments that mark a secret (matched on whole "_"-separated words: VLLM_MAX_BAD_WORDS_TOTAL_TOKENS is not).
 _SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
 _SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("SECRET", "KEY")})
-# Values that are credentials whatever they are called: Hugging Face, OpenAI-style, AWS, GitHub tokens, JWTs.
-_SECRET_VALUE = problems.CREDENTIAL
 _HF_TOKEN_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
 
 
@@ -81,7 +79,7 @@ def check_extra_args(
         if any(c in token for c in "\x00\n\r"):
             out.error(where, "contains a NUL byte or a line break; each extraArgs item is one argument")
             continue
-        if _SECRET_VALUE.search(token):
+        if problems.CREDENTIAL.search(token):
             out.error(where, "looks like a credential; secrets are referenced from a Secret, never put in arguments")
             continue
         clean.append(token)
@@ -165,7 +163,7 @@ def check_extra_env(
 def _looks_secret(name: str, value: str) -> str | None:
     words = name.upper().split("_")
     by_name = bool(_SECRET_WORDS & set(words)) or any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
-    if not by_name and not _SECRET_VALUE.search(value):
+    if not by_name and not problems.CREDENTIAL.search(value):
         return None
     if not value:
         return None
