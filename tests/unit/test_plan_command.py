@@ -190,7 +190,7 @@ def test_busy_nodes_from_pods_and_current_placement_from_status(
         (
             [serving("s", decode=(-1, 2))],
             None,
-            "s.yaml: spec.roles.decode.groups: Input should be greater than or equal to 0",
+            "s.yaml: spec.roles.decode.groups: must be at least 0, got -1",
         ),
         (
             [serving("s", decode=(1, 2), pod={"tolerations": [{"key": "k", "operator": "Sometimes"}]})],
@@ -204,6 +204,29 @@ def test_busy_nodes_from_pods_and_current_placement_from_status(
             "plan servings that name NVLink domains differently separately",
         ),
         ([serving("a", decode=(1, 1)), serving("a", decode=(1, 1))], None, "is also defined in"),
+        # Refused exactly as `nvlfleet validate` refuses them (they used to be planned, exit 0).
+        (
+            [
+                serving("s", decode=(1, 1))
+                | {
+                    "spec": serving("s", decode=(1, 1))["spec"]
+                    | {"roles": {"decode": {"groups": 1, "parallelism": {"tensor": 1, "data": 6}}}}
+                }
+            ],
+            None,
+            "s.yaml: spec.roles.decode.parallelism.data: decode: tensor × data = 1 × 6 = 6 GPUs does not fill whole",
+        ),
+        (
+            [
+                serving("s", decode=(1, 1))
+                | {
+                    "spec": serving("s", decode=(1, 1))["spec"]
+                    | {"roles": {"decode": {"groups": 1, "parallelism": {"tensor": 8}}}}
+                }
+            ],
+            None,
+            "s.yaml: spec.roles.decode.parallelism.tensor: decode: tensor-parallel size 8 is larger than the 4 GPUs",
+        ),
         ([{"kind": "ConfigMap"}], None, "s.yaml: kind: no DeepSeekServing in this file"),
         (
             [serving("s", decode=(1, 1))],

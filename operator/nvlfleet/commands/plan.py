@@ -28,11 +28,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import pydantic
-
-from nvlfleet.api import models, names, problems
-from nvlfleet.commands import inputs
-from nvlfleet.core import inventory, planner
+from nvlfleet.api import models, names, policy, problems
+from nvlfleet.commands import inputs, policyflags
+from nvlfleet.core import inventory, planner, validation
 
 _T = TypeVar("_T")
 
@@ -63,11 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="optional `kubectl get pods -A -o yaml`: nodes running GPU pods are not free",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    policyflags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        servings = _servings(args.files)
+        servings = _servings(args.files, policyflags.policy_of(args))
         labels = {s.spec.placement.domain_label for _, s in servings}
         if len(labels) > 1:
             raise BadInput(
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             except problems.InvalidSpec as err:
                 raise BadInput(_problems(source, err.problems)) from None
             current += planner.placements(serving)
-    except BadInput as err:
+    except (BadInput, ValueError) as err:
         print(f"nvlfleet plan: {err}", file=sys.stderr)
         return 1
     started = time.perf_counter()
@@ -210,7 +209,9 @@ def _documents(path: str) -> Iterator[tuple[str, str, object]]:
         raise BadInput(str(err)) from None
 
 
-def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
+def _servings(paths: Sequence[str], allowed: policy.Policy) -> list[tuple[str, models.DeepSeekServing]]:
+    """The servings in ``paths``, each refused as ``nvlfleet validate`` refuses it (the same checks and policy):
+    a plan of a serving that cannot run would be a plan of nothing."""
     out: list[tuple[str, models.DeepSeekServing]] = []
     seen: dict[inventory.ServingKey, str] = {}
     for path in paths:
@@ -219,15 +220,12 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
             if not isinstance(obj, dict) or obj.get("kind") != names.KIND:
                 continue
             found += 1
-            try:
-                serving = models.DeepSeekServing.model_validate(obj)
-            except pydantic.ValidationError as err:
+            review = validation.review(obj, allowed)
+            if review.errors or review.serving is None:
                 raise BadInput(
-                    _problems(
-                        source,
-                        [problems.Problem(problems.pydantic_path(e["loc"], at), e["msg"]) for e in err.errors()],
-                    )
-                ) from None
+                    _problems(source, [problems.Problem(problems.path(at, p.path), p.message) for p in review.errors])
+                )
+            serving = review.serving
             if not serving.metadata.name:
                 raise BadInput(
                     _problems(
