@@ -923,3 +923,11 @@ def test_a_name_that_cannot_name_the_children_is_refused_with_the_reason(name: s
     (problem,) = validation.validate(sb.serving_dict(name=name))
     assert problem.path == "metadata.name"
     assert "must be a DNS-1035 label" in problem.message and "names the serving's Services" in problem.message
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), float("-inf")])
+def test_a_non_finite_price_is_refused_at_its_field(value: float) -> None:
+    prices = {"inputCacheHitPerMillion": 0.01, "inputCacheMissPerMillion": 0.1, "outputPerMillion": value}
+    (problem,) = validation.validate(sb.serving_dict(pricing=prices))
+    assert problem.path == "spec.pricing.outputPerMillion"
+    assert problem.message.startswith("must be a finite number")

@@ -27,6 +27,9 @@ class Model(pydantic.BaseModel):
         alias_generator=alias_generators.to_camel,
         populate_by_name=True,
         extra="forbid",
+        # A price, a multiplier or a reference throughput of inf or nan (YAML's .inf, .nan) is never meant, and
+        # every figure computed from it would be one.
+        allow_inf_nan=False,
     )
 
     def to_wire(self) -> dict[str, Any]:

@@ -117,6 +117,8 @@ def _type_message(kind: str, ctx: Mapping[str, Any], given: object, fallback: st
         return "is required"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number{got}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {given!r}"
     if kind in ("float_type", "float_parsing"):
         return f"must be a number{got}"
     if kind in ("bool_type", "bool_parsing"):
