@@ -96,10 +96,7 @@ def _compute(args: argparse.Namespace) -> dict[str, Any]:
     # Offline, sample times are what the user says, not clock readings: ``_created`` cannot place a restart.
     measurement = rates.measure(before, after, trust_created=False)
     if measurement.rates is None:
-        reason = measurement.reason
-        if measurement.restarted:
-            reason = "the counters went down between the scrapes (did the server restart?)"
-        raise BadInput(f"{args.before} → {args.after}: no rates: {reason}")
+        raise BadInput(f"{args.before} → {args.after}: no rates: {measurement.reason}")
     billing = economics.Billing.for_role(args.role, disaggregated=True) if args.role else economics.BILL_ALL
     eco = economics.evaluate(
         measurement.rates,
@@ -131,6 +128,13 @@ def _compute(args: argparse.Namespace) -> dict[str, Any]:
         "currency": eco.currency,
         "gpus": eco.gpus,
         "intervalSeconds": args.interval,
+        # Said whenever it applies: the figures then rest on a reading of the counters, not on their difference.
+        "counterReset": (
+            "counters went down between the scrapes (a restart, or the files in the wrong order): read as "
+            "Prometheus' rate() reads a reset, the value after it counting as the increase"
+            if measurement.restarted
+            else None
+        ),
         "start": _iso(start),
         "end": _iso(end),
     }
@@ -219,5 +223,7 @@ def _table(r: dict[str, Any]) -> str:
         ("cost, margin", f"{num(r['costPerGpuHour'], 2)}, {num(r['marginPerGpuHour'], 2)} {cur}/GPU-hour"),
         ("parity", num(r["parity"], 3)),
     ]
+    if r["counterReset"]:
+        rows.append(("counter reset", r["counterReset"]))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

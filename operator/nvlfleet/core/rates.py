@@ -8,7 +8,9 @@ samples; this module reads no clock.
   two samples, so a missed scrape widens the next interval instead of counting as zero.
 - A counter that went down, a changed ``_created`` time or a changed set of series means the server restarted:
   if ``_created`` (the restart time) lies between the two samples, the rate is the new value over the time
-  since the restart; otherwise that interval has no rate.
+  since the restart; otherwise that interval has no rate. Offline (``trust_created=False``: ``nvlfleet
+  economics`` on two saved scrapes, whose times are what the user says), a reset is read as Prometheus' ``rate()``
+  reads it: a series that went down counts its new value as its increase over the whole interval.
 - ``running_requests`` is a gauge: the mean of the two samples (the later one alone across a restart).
 """
 
@@ -42,11 +44,13 @@ def measure(prev: samples.Sample, cur: samples.Sample, *, trust_created: bool = 
         _went_back(prev.counters.get(field), cur.counters.get(field)) for field in samples.COUNTER_FIELDS
     )
     start = prev.time
-    if restarted:
-        if not (trust_created and cur.created is not None and prev.time < cur.created < cur.time):
-            return Measurement(
-                None, prev.time, cur.time, restarted=True, reason="the server restarted; waiting for a new sample"
-            )
+    placed = restarted and trust_created and cur.created is not None and prev.time < cur.created < cur.time
+    if restarted and trust_created and not placed:
+        return Measurement(
+            None, prev.time, cur.time, restarted=True, reason="the server restarted; waiting for a new sample"
+        )
+    if placed:
+        assert cur.created is not None
         start = cur.created
     elapsed = cur.time - start
 
@@ -54,12 +58,14 @@ def measure(prev: samples.Sample, cur: samples.Sample, *, trust_created: bool = 
         now = cur.counters.get(field)
         if now is None:
             return None
-        if restarted:
+        if placed:
             return sum(now.values()) / elapsed
         before = prev.counters.get(field)
         if before is None:
-            return None
-        return (sum(now.values()) - sum(before.values())) / elapsed
+            return None if not restarted else sum(now.values()) / elapsed
+        # Without a restart time (offline), a reset is read the way Prometheus' rate() reads it: a series that went
+        # down restarted from zero within the interval, so its increase is its new value.
+        return sum(v - before[k] if k in before and v >= before[k] else v for k, v in now.items()) / elapsed
 
     running = cur.running_requests
     if not restarted and prev.running_requests is not None and running is not None:
