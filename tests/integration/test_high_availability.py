@@ -151,6 +151,7 @@ def started_warm(replicas: Replicas, wait_for: Wait) -> OperatorProcess:
 class Takeover:
     """Seconds from stopping the leader (the test's clock, just before the signal) to the standby's log lines."""
 
+    leader_exited: float  # the leader's process ended (a SIGTERMed leader releases the Lease just before)
     lease_taken: float  # "became the leader"
     first_write: float  # its first "applied": the API server accepted a LeaderWorkerSet
 
@@ -169,13 +170,14 @@ def taken_over(
     before = len(log_of(standby))
     stopped = time.time()
     assert leader.stop(kill=kill) == (-9 if kill else 0)
+    exited = time.time()
     cluster.patch_spec("ha", {"roles": {"decode": {"groups": groups}}})
     wait_for(lambda: first_line_at(standby, " applied ", before), 60, "the standby to take over and write")
     lease_taken = first_line_at(standby, "became the leader", before)
     first_write = first_line_at(standby, " applied ", before)
     assert lease_taken is not None and first_write is not None
     wait_for(scaled_to(cluster, "ha", groups), 60, "the new leader to scale the serving")
-    return Takeover(lease_taken - stopped, first_write - stopped)
+    return Takeover(exited - stopped, lease_taken - stopped, first_write - stopped)
 
 
 def test_one_leader_reconciles_and_a_warm_standby_takes_over_within_the_leases_expiry_and_one_pass(
@@ -223,7 +225,9 @@ def test_one_leader_reconciles_and_a_warm_standby_takes_over_within_the_leases_e
     # 2. SIGTERM the leader: it releases the Lease, the standby takes over without waiting for expiry.
     groups = 2 if groups == 3 else 3
     term = taken_over(leader, standby, cluster, groups, wait_for, kill=False)
-    assert term.lease_taken < election.RETRY_SECONDS + 3, "a released Lease is taken at the standby's next attempt"
+    # kopf's graceful stop takes a few seconds (it gives its per-object workers time to finish) before the
+    # leader releases the Lease; from there, the standby takes it at its next attempt.
+    assert term.lease_taken - term.leader_exited < election.RETRY_SECONDS + 3, "taken at the standby's next attempt"
 
     # 3. Freeze the leader past its Lease; when it wakes up it must stop without writing.
     third, fourth = standby, started_warm(replicas, wait_for)
@@ -255,6 +259,7 @@ def test_one_leader_reconciles_and_a_warm_standby_takes_over_within_the_leases_e
             "sigkill_first_write_seconds": [round(t, 1) for t in takeovers],
             "sigkill_first_write_median_seconds": round(statistics.median(takeovers), 1),
             "sigkill_first_write_worst_seconds": round(max(takeovers), 1),
+            "sigterm_leader_exited_seconds": round(term.leader_exited, 1),
             "sigterm_lease_taken_seconds": round(term.lease_taken, 1),
             "sigterm_first_write_seconds": round(term.first_write, 1),
             "sigstop_change_ready_seconds": round(takeover_after_freeze, 1),
