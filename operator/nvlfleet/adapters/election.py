@@ -5,9 +5,9 @@ write (``Leadership.current``, the ``Operator``'s fence) and tells the operator 
 leader (``take_over``). ``nvlfleet run --leader-election-lease`` runs ``elect`` next to kopf.
 
 It works the way controller-runtime does. A standby asks for the Lease every ``RETRY_SECONDS``; the leader renews
-it every ``RENEW_SECONDS`` and stops (``lost`` set, exit 1, so its Deployment restarts it as a standby) as soon as
-it cannot renew within ``RENEW_DEADLINE_SECONDS`` — before the Lease expires for the others (``LEASE_SECONDS``),
-so two replicas never write at once. Until it has stopped, a leader whose last successful renewal (timed from when
+it every ``RENEW_SECONDS`` and stops (``elect`` returns, ``nvlfleet run`` exits 1, so its Deployment restarts it as
+a standby) as soon as it cannot renew within ``RENEW_DEADLINE_SECONDS`` — before the Lease expires for the others
+(``LEASE_SECONDS``), so two replicas never write at once. Until it has stopped, a leader whose last successful renewal (timed from when
 it was *sent*) is older than that deadline writes nothing: a process frozen past the Lease's expiry (a long pause,
 a stalled node) wakes up with its writes fenced off, finds the Lease taken and stops. A clean shutdown releases the
 Lease (``Lease.release``) so a standby takes over at its next attempt instead of after expiry.
@@ -67,19 +67,13 @@ class Lease:
         await asyncio.to_thread(self.api.release_lease, self.namespace, self.name, self.identity)
 
 
-async def elect(
-    lease: Lease,
-    leadership: Leadership,
-    take_over: Callable[[], Awaitable[None]],
-    lost: asyncio.Event,
-) -> None:
-    """Stand by until this replica holds the Lease, ``take_over``, then keep the Lease until it is lost (``lost``
-    is set then, and this returns)."""
+async def elect(lease: Lease, leadership: Leadership, take_over: Callable[[], Awaitable[None]]) -> None:
+    """Stand by until this replica holds the Lease, ``take_over``, then keep the Lease; returns once it is lost
+    (the caller stops the process then)."""
     leadership.renewed = await _acquire(lease)
     leadership.won.set()
     await take_over()
     await _renew(lease, leadership)
-    lost.set()
 
 
 async def _acquire(lease: Lease) -> float:

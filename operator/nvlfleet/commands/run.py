@@ -269,7 +269,7 @@ def _start_election(
         lost.set()
         stop.set()
 
-    electing = asyncio.create_task(election.elect(lease, leadership, take_over, lost), name="leader election")
+    electing = asyncio.create_task(election.elect(lease, leadership, take_over), name="leader election")
     electing.add_done_callback(ended)
     return electing
 
