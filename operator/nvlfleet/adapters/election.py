@@ -7,10 +7,11 @@ leader (``take_over``). ``nvlfleet run --leader-election-lease`` runs ``elect`` 
 It works the way controller-runtime does. A standby asks for the Lease every ``RETRY_SECONDS``; the leader renews
 it every ``RENEW_SECONDS`` and stops (``elect`` returns, ``nvlfleet run`` exits 1, so its Deployment restarts it as
 a standby) as soon as it cannot renew within ``RENEW_DEADLINE_SECONDS`` — before the Lease expires for the others
-(``LEASE_SECONDS``), so two replicas never write at once. Until it has stopped, a leader whose last successful renewal (timed from when
-it was *sent*) is older than that deadline writes nothing: a process frozen past the Lease's expiry (a long pause,
-a stalled node) wakes up with its writes fenced off, finds the Lease taken and stops. A clean shutdown releases the
-Lease (``Lease.release``) so a standby takes over at its next attempt instead of after expiry.
+(``LEASE_SECONDS``), so two replicas never write at once. Until it has stopped, a leader whose last successful
+renewal (timed from when it was *sent*) is older than that deadline writes nothing: a process frozen past the
+Lease's expiry (a long pause, a stalled node) wakes up with its writes fenced off, finds the Lease taken and stops.
+A clean shutdown releases the Lease (``Lease.release``) so a standby takes over at its next attempt instead of
+after expiry.
 """
 
 from __future__ import annotations
