@@ -1,24 +1,30 @@
-"""High availability: two ``nvlfleet run`` replicas elect one leader through a Lease; only the leader reconciles.
+"""High availability: ``nvlfleet run`` replicas elect one leader through a Lease; only the leader reconciles.
 
-Proven against the shared local cluster with two operator processes of the test's own (by PID):
+Proven against the shared local cluster with operator processes of the test's own (by PID):
 
-- While both run, exactly one holds the Lease and runs kopf; the other only waits (no kopf start-up, no write).
-- SIGKILL the leader: the standby takes the Lease after it expires and carries out a change made right after the
-  kill — measured from the kill to the change being Ready, and required under 30 s.
-- SIGTERM the leader: it releases the Lease on its way out, so the standby takes over without waiting for
-  expiry (measured).
+- While two run, exactly one holds the Lease and writes; the other is a warm standby: it runs kopf (start-up done,
+  watches open) and writes nothing, not even when it sees a spec change while the leader is frozen for a moment.
+- SIGKILL the leader, five times over (a new warm standby each time): the standby takes the Lease once it expires
+  and carries out a change made right after the kill. Takeover is measured from the SIGKILL (the test's clock,
+  read just before the signal) to the new leader's first write (the time stamp of its first "applied" log line,
+  logged once the API server accepted the LeaderWorkerSet); each is required under ``TAKEOVER_LIMIT_SECONDS``.
+- SIGTERM the leader: it releases the Lease on its way out, so the standby takes over at its next attempt, without
+  waiting for expiry (measured).
 - A frozen leader (SIGSTOP past the Lease's expiry, then SIGCONT — a long GC pause or a stalled node) finds a new
   holder when it wakes and stops without writing anything; the new leader had carried on meanwhile.
 
-Figures (takeover seconds per case) go to figures.py's file.
+Figures (takeover seconds per case, median and worst of the kills) go to figures.py's file.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import os
 import pathlib
 import signal
 import socket
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,13 +34,18 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster.operatorprocess import OperatorProcess
 
-from nvlfleet.commands import run
+from nvlfleet.adapters import election
 from support import figures, servings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 LEASE = "nvlfleet-ha"
-TAKEOVER_LIMIT_SECONDS = 30.0
+KILLS = 5
+# A killed leader renewed at most RENEW_SECONDS before the kill, so its Lease expires 10-15 s after it; the standby
+# asks every RETRY_SECONDS, then its pass waits the nudge debounce (1 s) and writes. On an idle machine that is
+# 11-18 s; the rest is room for a loaded 2-core machine (a pass and kopf's event handling slowed down by other
+# work), not for a cold start: a takeover that restarts kopf blows it.
+TAKEOVER_LIMIT_SECONDS = election.LEASE_SECONDS + election.RETRY_SECONDS + 5.0
 Wait = Callable[..., Any]
 
 
@@ -83,11 +94,25 @@ def log_of(replica: OperatorProcess) -> str:
 
 
 def leading(replica: OperatorProcess) -> bool:
-    return "Activity 'startup' succeeded" in log_of(replica)
+    return "became the leader" in log_of(replica)
 
 
-def standing_by(replica: OperatorProcess) -> bool:
-    return "standing by" in log_of(replica) and not leading(replica)
+def warm(replica: OperatorProcess) -> bool:
+    """kopf has started (the start-up handler ran) and the replica is not the leader: a warm standby."""
+    text = log_of(replica)
+    return "standing by" in text and "Activity 'startup' succeeded" in text and not leading(replica)
+
+
+def logged_at(line: str) -> float:
+    """The wall-clock time of a log line (kopf's format: ``[2025-01-31 12:00:00,123] name [LEVEL] message``)."""
+    return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def first_line_at(replica: OperatorProcess, text: str, after: int = 0) -> float | None:
+    for line in log_of(replica)[after:].splitlines():
+        if text in line and line.startswith("["):
+            return logged_at(line)
+    return None
 
 
 def writes(replica: OperatorProcess, after: int = 0) -> list[str]:
@@ -113,56 +138,104 @@ def scaled_to(cluster: servings.Cluster, name: str, groups: int) -> Callable[[],
     return check
 
 
-def test_one_leader_reconciles_and_a_standby_takes_over_within_30_seconds(
+def started_warm(replicas: Replicas, wait_for: Wait) -> OperatorProcess:
+    """A new replica, once it stands by with kopf running and a moment for its watches to list what is there."""
+    replica = replicas.start()
+    wait_for(lambda: warm(replica), 120, "a new replica to stand by warm")
+    time.sleep(3)
+    return replica
+
+
+@dataclasses.dataclass(frozen=True)
+class Takeover:
+    """Seconds from stopping the leader (the test's clock, just before the signal) to the standby's log lines."""
+
+    leader_exited: float  # the leader's process ended (a SIGTERMed leader releases the Lease just before)
+    lease_taken: float  # "became the leader"
+    first_write: float  # its first "applied": the API server accepted a LeaderWorkerSet
+
+
+def taken_over(
+    leader: OperatorProcess,
+    standby: OperatorProcess,
+    cluster: servings.Cluster,
+    groups: int,
+    wait_for: Wait,
+    *,
+    kill: bool,
+) -> Takeover:
+    """Stop the leader (SIGKILL, else SIGTERM), change the serving's size at once, and time the standby's takeover;
+    return once the change is Ready."""
+    before = len(log_of(standby))
+    stopped = time.time()
+    assert leader.stop(kill=kill) == (-9 if kill else 0)
+    exited = time.time()
+    cluster.patch_spec("ha", {"roles": {"decode": {"groups": groups}}})
+    wait_for(lambda: first_line_at(standby, " applied ", before), 60, "the standby to take over and write")
+    lease_taken = first_line_at(standby, "became the leader", before)
+    first_write = first_line_at(standby, " applied ", before)
+    assert lease_taken is not None and first_write is not None
+    wait_for(scaled_to(cluster, "ha", groups), 60, "the new leader to scale the serving")
+    return Takeover(exited - stopped, lease_taken - stopped, first_write - stopped)
+
+
+def test_one_leader_reconciles_and_a_warm_standby_takes_over_within_the_leases_expiry_and_one_pass(
     replicas: Replicas, cluster: servings.Cluster, gb200_fleet: Callable[..., Any], wait_for: Wait
 ) -> None:
     fleet = gb200_fleet(racks=1)
     first = replicas.start()
-    wait_for(lambda: leading(first), 120, "the first replica to lead")
-    second = replicas.start()
-    wait_for(lambda: standing_by(second), 60, "the second replica to stand by")
+    wait_for(lambda: leading(first) and "Activity 'startup' succeeded" in log_of(first), 120, "the first to lead")
+    second = started_warm(replicas, wait_for)
     cluster.create(servings.serving("ha", fleet, groups=2, nodes=1))
     wait_for(scaled_to(cluster, "ha", 2), 120, "the serving to be Ready")
     time.sleep(10)  # two re-checks and two renewals with both replicas up
 
-    # Exactly one reconciles: the Lease holder ran kopf and wrote; the other never started kopf.
+    # Exactly one reconciles: the Lease holder wrote; the other runs kopf too (warm) and wrote nothing.
     assert replicas.holder() == identity(first)
     assert writes(first) and not writes(second)
-    assert standing_by(second)
+    assert warm(second)
     # Both are alive to a liveness probe: a Deployment with two replicas keeps its standby.
     assert (first.healthz(), second.healthz()) == (200, 200)
 
-    # 1. SIGKILL the leader; a change made right after must be carried out by the standby.
-    assert first.stop(kill=True) == -9
-    killed = time.monotonic()
+    # 0. The standby sees a spec change while the leader is frozen for a moment (well within its renew deadline)
+    # and writes nothing at all on the serving: no child, no status, no kopf annotation (its resourceVersion holds).
+    os.kill(first.pid, signal.SIGSTOP)
     cluster.patch_spec("ha", {"roles": {"decode": {"groups": 3}}})
-    wait_for(lambda: replicas.holder() == identity(second), 60, "the standby to take the Lease")
-    lease_after_kill = time.monotonic() - killed
-    wait_for(scaled_to(cluster, "ha", 3), 60, "the new leader to scale the serving")
-    takeover_after_kill = time.monotonic() - killed
-    assert takeover_after_kill < TAKEOVER_LIMIT_SECONDS
-    assert second.healthz() == 200  # the standby's own /healthz gave the port to kopf's
+    version = cluster.get("ha")["metadata"]["resourceVersion"]
+    time.sleep(3)
+    assert cluster.get("ha")["metadata"]["resourceVersion"] == version
+    os.kill(first.pid, signal.SIGCONT)
+    wait_for(scaled_to(cluster, "ha", 3), 60, "the leader, woken, to scale the serving")
+    assert not writes(second)
 
-    # 2. SIGTERM the leader: it releases the Lease, the restarted first replica takes over without expiry.
-    third = replicas.start()
-    wait_for(lambda: standing_by(third), 60, "a new standby")
-    assert second.stop() == 0
-    stopped = time.monotonic()
-    cluster.patch_spec("ha", {"roles": {"decode": {"groups": 2}}})
-    wait_for(lambda: replicas.holder() == identity(third), 60, "the standby to take the released Lease")
-    lease_after_term = time.monotonic() - stopped
-    wait_for(scaled_to(cluster, "ha", 2), 60, "the new leader to scale the serving")
-    takeover_after_term = time.monotonic() - stopped
-    assert lease_after_term < run.RENEW_SECONDS + 3, "a released Lease is taken at the standby's next attempt"
+    # 1. SIGKILL the leader, again and again; a change made right after each kill is carried out by the standby.
+    leader, standby, groups = first, second, 3
+    kills: list[Takeover] = []
+    for _ in range(KILLS):
+        groups = 2 if groups == 3 else 3
+        kills.append(taken_over(leader, standby, cluster, groups, wait_for, kill=True))
+        assert replicas.holder() == identity(standby)
+        assert standby.healthz() == 200
+        leader, standby = standby, started_warm(replicas, wait_for)
+    takeovers = [kill.first_write for kill in kills]
+    print("SIGKILL takeovers (s):", [round(t, 1) for t in takeovers])
+    assert max(takeovers) < TAKEOVER_LIMIT_SECONDS, takeovers
+
+    # 2. SIGTERM the leader: it releases the Lease, the standby takes over without waiting for expiry.
+    groups = 2 if groups == 3 else 3
+    term = taken_over(leader, standby, cluster, groups, wait_for, kill=False)
+    # kopf's graceful stop takes a few seconds (it gives its per-object workers time to finish) before the
+    # leader releases the Lease; from there, the standby takes it at its next attempt.
+    assert term.lease_taken - term.leader_exited < election.RETRY_SECONDS + 3, "taken at the standby's next attempt"
 
     # 3. Freeze the leader past its Lease; when it wakes up it must stop without writing.
-    fourth = replicas.start()
-    wait_for(lambda: standing_by(fourth), 60, "a new standby")
+    third, fourth = standby, started_warm(replicas, wait_for)
     os.kill(third.pid, signal.SIGSTOP)
     frozen = time.monotonic()
-    cluster.patch_spec("ha", {"roles": {"decode": {"groups": 3}}})
+    groups = 2 if groups == 3 else 3
+    cluster.patch_spec("ha", {"roles": {"decode": {"groups": groups}}})
     wait_for(lambda: replicas.holder() == identity(fourth), 60, "the standby to take the frozen leader's Lease")
-    wait_for(scaled_to(cluster, "ha", 3), 60, "the new leader to scale the serving")
+    wait_for(scaled_to(cluster, "ha", groups), 60, "the new leader to scale the serving")
     takeover_after_freeze = time.monotonic() - frozen
     woke_at = len(log_of(third))
     os.kill(third.pid, signal.SIGCONT)
@@ -171,19 +244,25 @@ def test_one_leader_reconciles_and_a_standby_takes_over_within_30_seconds(
     assert "lost Lease" in log_of(third)[woke_at:]
     assert writes(third, after=woke_at) == []
     assert replicas.holder() == identity(fourth)
-    wait_for(scaled_to(cluster, "ha", 3), 30, "the serving to stay as the new leader keeps it")
+    wait_for(scaled_to(cluster, "ha", groups), 30, "the serving to stay as the new leader keeps it")
 
     figures.record(
         "high_availability",
         {
-            "lease_seconds": run.LEASE_SECONDS,
-            "renew_seconds": run.RENEW_SECONDS,
-            "renew_deadline_seconds": run.RENEW_DEADLINE_SECONDS,
-            "sigkill_lease_taken_seconds": round(lease_after_kill, 1),
-            "sigkill_change_ready_seconds": round(takeover_after_kill, 1),
-            "sigterm_lease_taken_seconds": round(lease_after_term, 1),
-            "sigterm_change_ready_seconds": round(takeover_after_term, 1),
+            "lease_seconds": election.LEASE_SECONDS,
+            "renew_seconds": election.RENEW_SECONDS,
+            "renew_deadline_seconds": election.RENEW_DEADLINE_SECONDS,
+            "retry_seconds": election.RETRY_SECONDS,
+            "sigkill_kills": len(kills),
+            "sigkill_lease_taken_seconds": [round(kill.lease_taken, 1) for kill in kills],
+            "sigkill_first_write_seconds": [round(t, 1) for t in takeovers],
+            "sigkill_first_write_median_seconds": round(statistics.median(takeovers), 1),
+            "sigkill_first_write_worst_seconds": round(max(takeovers), 1),
+            "sigterm_leader_exited_seconds": round(term.leader_exited, 1),
+            "sigterm_lease_taken_seconds": round(term.lease_taken, 1),
+            "sigterm_first_write_seconds": round(term.first_write, 1),
             "sigstop_change_ready_seconds": round(takeover_after_freeze, 1),
+            "writes_by_a_standby_seeing_a_change": 0,
             "writes_by_a_woken_former_leader": 0,
             "limit_seconds": TAKEOVER_LIMIT_SECONDS,
         },

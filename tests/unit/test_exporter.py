@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from nvlfleet.adapters import exporter
@@ -40,3 +42,14 @@ def test_operator_metrics_live_on_their_own_registry() -> None:
     assert conditions == {"Ready": 1.0, "Placed": 1.0}
     assert not [s for s in a.serving_condition.collect()[0].samples if s.labels["serving"] == "gone"]
     assert b.registry.get_sample_value(names.RECONCILE_DURATION + "_count") == 0
+
+
+@pytest.mark.parametrize("port", [99999, -1])
+def test_a_port_the_exporter_cannot_listen_on_is_one_line_not_an_overflow(port: int) -> None:
+    async def start() -> None:
+        await exporter.start_exporter(exporter.OperatorMetrics(), host="127.0.0.1", port=port)
+
+    with pytest.raises(
+        exporter.CannotListen, match=rf"^cannot listen on 127.0.0.1:{port}: bind\(\): port must be 0-65535"
+    ):
+        asyncio.run(start())

@@ -1,11 +1,14 @@
-"""How the operator process is put together: ``nvlfleet run`` turns its flags into the operator's ``Config``, and
-``kopf run -m nvlfleet.adapters.main`` (no flags, an empty ``memo``) builds the operator from ``NVLFLEET_*``."""
+"""How the operator process is put together: ``nvlfleet run`` turns its flags into the operator's ``Config`` (and
+refuses ports it could not listen on, in one line), and ``kopf run -m nvlfleet.adapters.main`` (no flags, an empty
+``memo``) builds the operator from ``NVLFLEET_*``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import pathlib
+import socket
+from collections.abc import Iterator
 
 import kopf
 import pytest
@@ -126,3 +129,59 @@ def test_a_bad_policy_file_stops_nvlfleet_run_with_one_line(
         f"nvlfleet run: --policy {values}: unknown policy key(s) hostPaths; known: priorityClasses, "
         "serviceAccounts, volumeHostPathPrefixes, weightsHostPathPrefixes\n"
     )
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--health-port", "--webhook-port"])
+@pytest.mark.parametrize("value", ["99999", "65536", "-1", "http"])
+def test_nvlfleet_run_refuses_a_port_number_that_is_none(flag: str, value: str) -> None:
+    with pytest.raises(argparse.ArgumentError, match=f"argument {flag}: .*(not a port number|0..65535)"):
+        parsed(flag, value)
+
+
+@pytest.mark.parametrize("value", [0, 1, 65535])
+def test_nvlfleet_run_takes_every_port_number_and_0_for_none(value: int) -> None:
+    args = parsed("--metrics-port", str(value), "--health-port", str(value), "--webhook-port", str(value))
+    assert (args.metrics_port, args.health_port, args.webhook_port) == (value, value, value)
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port something else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--health-port", "--webhook-port"])
+def test_a_port_in_use_stops_nvlfleet_run_at_once_with_one_line(
+    flag: str, taken_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ports = {"--metrics-port": "0", "--health-port": "0", flag: str(taken_port)}
+    args = parsed("--bind-address", "127.0.0.1", *[arg for item in ports.items() for arg in item])
+    assert run.run(args) == 2
+    assert capsys.readouterr().err == f"nvlfleet run: cannot listen on 127.0.0.1:{taken_port}: address in use\n"
+
+
+def test_one_port_given_for_two_endpoints_is_in_use_for_the_second(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        free = sock.getsockname()[1]
+    args = parsed("--bind-address", "127.0.0.1", "--metrics-port", str(free), "--health-port", str(free))
+    assert run.run(args) == 2
+    assert capsys.readouterr().err == f"nvlfleet run: cannot listen on 127.0.0.1:{free}: address in use\n"
+
+
+def test_a_metrics_port_taken_after_the_check_fails_the_start_up_for_good(taken_port: int) -> None:
+    """kopf retries a start-up handler that fails, forever; a PermanentError ends it (and ``nvlfleet run`` prints
+    the port's one line)."""
+    memo = kopf.Memo(operator=operator.Operator(Config(bind_address="127.0.0.1", metrics_port=taken_port)))
+
+    async def start() -> None:
+        try:
+            await main.startup(settings=kopf.OperatorSettings(), memo=memo)
+        finally:
+            await main.cleanup(memo=memo)
+
+    with pytest.raises(kopf.PermanentError, match=f"cannot listen on 127.0.0.1:{taken_port}: address in use"):
+        asyncio.run(start())

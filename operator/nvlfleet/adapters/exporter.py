@@ -8,12 +8,14 @@ metric is registered under its name in ``api.metric_names`` (where the dashboard
 operator calls ``reconciling`` / ``planning`` around its work and ``set_free_nodes`` after reading the inventory;
 the scraper (``adapters.scraper``) records scrapes on it and registers ``GroupGauges``, which renders the
 scraper's latest per-group snapshot. ``start_exporter`` serves the registry; ``serve_route`` is the one-route
-HTTP server it (and ``nvlfleet run``'s health endpoint) runs on.
+HTTP server it (and ``nvlfleet run``'s health endpoint) runs on; ``CannotListen`` says in one line why a port
+could not be listened on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
@@ -262,10 +264,32 @@ async def start_exporter(metrics: OperatorMetrics, *, host: str, port: int) -> w
 async def serve_route(
     host: str, port: int, path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.AppRunner:
-    """A one-route HTTP server on the running event loop; ``await runner.cleanup()`` stops it."""
+    """A one-route HTTP server on the running event loop; ``await runner.cleanup()`` stops it. Raises
+    ``CannotListen`` when ``host:port`` cannot be listened on."""
     app = web.Application()
     app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except (OSError, OverflowError) as err:  # OverflowError: a port number beyond 65535
+        await runner.cleanup()
+        raise CannotListen(host, port, err) from None
     return runner
+
+
+_LISTEN_FAILURES = {
+    errno.EADDRINUSE: "address in use",
+    errno.EADDRNOTAVAIL: "not an address of this host",
+    errno.EACCES: "permission denied",
+}
+
+
+class CannotListen(ValueError):
+    """An address nothing could listen on, said in one line: ``cannot listen on 127.0.0.1:9090: address in use``."""
+
+    def __init__(self, host: str, port: int, err: OSError | OverflowError) -> None:
+        reason = isinstance(err, OSError) and _LISTEN_FAILURES.get(err.errno or 0)
+        if not reason:
+            reason = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)).lower()
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")

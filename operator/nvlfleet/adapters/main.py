@@ -15,8 +15,16 @@ probe and activity (a shallow copy per object, so all of them share the one oper
   Watch events nudge the servings they affect (``nvlfleet.adapters.nudges``). Nodes and GPU pods are watched
   cluster-wide even when only some namespaces' servings are reconciled: free capacity in a rack is a cluster
   fact.
-* **Leader election** is a ``coordination.k8s.io`` Lease (see ``nvlfleet.commands.run``), which fences the
-  operator's writes; kopf's own peering is switched off (it pauses operators by priority but does not elect).
+* **Leader election** is a ``coordination.k8s.io`` Lease (``nvlfleet.adapters.election``), which fences the
+  operator's writes; kopf's own peering is switched off (it pauses operators by priority but does not elect). A
+  standby runs all of this, warm, and writes nothing: kopf writes on a DeepSeekServing only around its changing
+  handlers (the diff-base annotation once they succeed, progress annotations when one fails or is retried, the
+  finalizer when one requires it — none does: ``forget`` is optional), and every one of them is filtered out while
+  this replica does not lead (``_reconciled``), so kopf is blind to the serving: it runs no handler, stores nothing
+  and does not count the serving as handled, so it still resumes it later. The ``servings`` index, filled on a
+  standby too, is how the new leader knows which servings to reconcile the moment it takes over
+  (``Operator.take_over``). A handler that raised ``kopf.TemporaryError`` while standing by would not do: kopf
+  records the retry in a progress annotation and touches the object while it waits.
 * **The admission webhook** (``nvlfleet.adapters.webhook``) is registered at start-up, with its server, only when
   a webhook port is set: kopf refuses to run admission handlers without a server, and checks that only once
   the start-up handlers are done. kopf posts only warnings as Events; nvlfleet's own Events describe decisions.
@@ -40,7 +48,7 @@ from nvlfleet.core import inventory
 log = logging.getLogger("nvlfleet")
 
 DSS = (names.GROUP, names.VERSION, names.PLURAL)
-INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws", "live_servings")
+INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws", "servings", "live_servings")
 
 
 def _operator(memo: Any) -> Operator:
@@ -53,12 +61,14 @@ def _operator(memo: Any) -> Operator:
 # Start-up and background tasks
 
 
-class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's diff-base annotation, written only on servings this operator watches.
+class _FencedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base annotation, written only on servings this replica reconciles, and only while it may write.
 
     kopf watches DeepSeekServings cluster-wide (GPU pods and nodes of every namespace count for placement) and
-    stores its diff base on every object it sees, handled or not. With ``--namespace`` that would annotate
-    servings another nvlfleet instance owns, and the chart's namespaced RBAC refuses it: so do not write there.
+    stores its diff base on every object one of its handlers matches. The handlers' filter (``_reconciled``) keeps
+    kopf off other namespaces' servings (another nvlfleet instance's, which the chart's namespaced RBAC would not
+    let it annotate anyway) and off every serving while this replica stands by; this is the same rule again at the
+    moment of writing, for a leader whose Lease lapsed while a handler ran: the diff base is stored after it.
     """
 
     def __init__(self, op: Operator, *, prefix: str, key: str) -> None:
@@ -66,7 +76,7 @@ class _WatchedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         self._op = op
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        if self._op.watched(body.metadata.namespace):
+        if self._op.reconciles(body.metadata.namespace):
             super().store(body=body, patch=patch, essence=essence)
 
 
@@ -78,12 +88,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
     op = _operator(memo)
     op.indices = {name: kwargs[name] for name in INDEXES if name in kwargs}
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
-    settings.persistence.diffbase_storage = _WatchedDiffBaseStorage(
+    settings.persistence.diffbase_storage = _FencedDiffBaseStorage(
         op, prefix="nvlfleet.io", key="last-handled-configuration"
     )
     settings.persistence.finalizer = "nvlfleet.io/finalizer"
     settings.posting.level = logging.WARNING  # kopf's own events only for trouble; nvlfleet posts decisions
-    settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.commands.run
+    settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.adapters.election
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     # kopf retries a failed watch request this many times, this far apart (about 2.5 minutes in all), before it
@@ -92,7 +102,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
     if op.config.webhook_port and settings.admission.server is None:  # not again if kopf retries this handler
         _serve_admission(settings, op.config)
     if op.config.metrics_port:
-        runner = await exporter.start_exporter(op.metrics, host=op.config.bind_address, port=op.config.metrics_port)
+        try:
+            runner = await exporter.start_exporter(op.metrics, host=op.config.bind_address, port=op.config.metrics_port)
+        except exporter.CannotListen as err:  # kopf would retry the start-up forever; the port stays taken
+            raise kopf.PermanentError(str(err)) from err
         op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
     worker = nudges.work(op.nudges, op.reconcile, watched=op.watched, retry_seconds=op.config.retry_seconds)
     op.tasks.append(asyncio.create_task(worker, name="nudges"))
@@ -159,6 +172,12 @@ async def background(memo: kopf.Memo, **_: Any) -> str:
     return "running"
 
 
+@kopf.on.probe(id="leading")
+async def leading(memo: kopf.Memo, **_: Any) -> bool:
+    """In ``/healthz``: whether this replica leads (True without leader election); a standby is healthy too."""
+    return _operator(memo).may_write()
+
+
 def _ended(task: asyncio.Task[None]) -> None:
     """A background task is meant to run for the operator's lifetime: its end, other than at shutdown, is a bug
     that must be seen (an exception kept in a task nobody awaits is never printed)."""
@@ -174,9 +193,21 @@ def _watched(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
     return _operator(memo).watched(namespace)
 
 
-@kopf.on.resume(*DSS, id="reconcile", when=_watched)
-@kopf.on.create(*DSS, id="reconcile", when=_watched)
-@kopf.on.update(*DSS, id="reconcile", when=_watched)
+def _reconciled(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
+    """The filter of every DeepSeekServing handler: when no handler matches, kopf runs none and writes nothing
+    on the serving (see the module's docstring), so a standby and other namespaces' servings stay untouched."""
+    return _operator(memo).reconciles(namespace)
+
+
+@kopf.index(*DSS, when=_watched)
+def servings(namespace: str | None, name: str, **_: Any) -> dict[None, inventory.ServingKey]:
+    """Every watched serving, on a standby too: what the new leader reconciles when it takes over."""
+    return {None: inventory.ServingKey(namespace or "default", name)}
+
+
+@kopf.on.resume(*DSS, id="reconcile", when=_reconciled)
+@kopf.on.create(*DSS, id="reconcile", when=_reconciled)
+@kopf.on.update(*DSS, id="reconcile", when=_reconciled)
 async def reconcile_serving(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     op = _operator(memo)
     try:
@@ -185,7 +216,7 @@ async def reconcile_serving(namespace: str | None, name: str, memo: kopf.Memo, *
         raise kopf.TemporaryError(f"API server refused a step: {err}", delay=op.config.retry_seconds) from err
 
 
-@kopf.on.delete(*DSS, id="forget", optional=True)
+@kopf.on.delete(*DSS, id="forget", optional=True, when=_reconciled)
 async def forget_serving(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Drop telemetry and routing state; the children go with garbage collection (owner references)."""
     _operator(memo).forget(inventory.ServingKey(namespace or "default", name))

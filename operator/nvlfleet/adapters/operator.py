@@ -23,9 +23,10 @@ Choices worth knowing:
   own applies that the watch has not delivered yet (``caches.Written``). What a pass derives from all of them
   (``reconciler.FleetView``: the inventory, every serving's groups) is computed once and shared until one of them
   changes, so an idle re-check of a thousand servings does not rebuild it a thousand times.
-* **Fenced writes.** With leader election (``nvlfleet.commands.run``) the operator is given a ``fence``: once this
-  replica's last Lease renewal is older than the renew deadline it writes nothing, so two replicas never both
-  reconcile.
+* **Fenced writes.** With leader election (``nvlfleet.adapters.election``) the operator is given a ``fence``: a
+  standby, and a leader whose last Lease renewal is older than the renew deadline, runs no pass and writes nothing,
+  so two replicas never both reconcile. A standby that wins the Lease reconciles every serving at once
+  (``take_over``): it knows them all from its watch (the ``servings`` index), though it acted on none.
 * **Missing prerequisites** (the LWS or ComputeDomain API not installed) are a condition on the serving, not an
   exception, so nothing crash-loops; the re-check notices when the API appears.
 """
@@ -99,6 +100,10 @@ class Operator:
     def watched(self, namespace: str | None) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces
 
+    def reconciles(self, namespace: str | None) -> bool:
+        """Whether this replica reconciles servings of ``namespace`` now: it watches it and may write."""
+        return self.watched(namespace) and self.may_write()
+
     # -- the pass ---------------------------------------------------------------------------------------------
 
     async def reconcile(self, key: inventory.ServingKey) -> reconciler.Decision | None:
@@ -109,6 +114,8 @@ class Operator:
         applying: where new groups go depends on every other serving's groups, so it decides again once it holds
         the lock, from caches that include every group placed before it (``caches.Written``). Status and events are
         written after the lock is released."""
+        if not self.may_write():
+            return None  # a standby (or a leader past its renew deadline) would write nothing: no pass at all
         api = self._api()
         async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
@@ -428,11 +435,23 @@ class Operator:
                 return node.labels
         return {}
 
+    def servings(self) -> set[inventory.ServingKey]:
+        """Every serving this process knows: from kopf's watch (the ``servings`` index, filled on a standby too)
+        and from its own passes."""
+        return {*_store(self.indices, "servings"), *self.known}
+
     async def recheck_all(self) -> None:
         """The periodic level check: a nudge for every serving this process knows, so each pass queues behind the
         lock like any other and a failed one is retried by the nudger; writes nothing when the fleet matches."""
-        for key in list(self.known):
+        for key in self.servings():
             self.nudges.add(key)
+
+    async def take_over(self) -> None:
+        """This replica has just won the Lease: a pass for every serving, at once. While it stood by, its watch saw
+        every serving and every change, but it acted on none (kopf's handlers are blind while the fence is down),
+        and kopf will not call them again for a serving until that serving changes."""
+        log.info("taking over: a pass for each of %d serving(s)", len(self.servings()))
+        await self.recheck_all()
 
     async def write_status_metrics(self) -> None:
         """Copy tokens/s and revenue into each serving's status, only when they changed (rate-limited)."""

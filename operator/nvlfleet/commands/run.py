@@ -5,41 +5,57 @@ the handlers of ``nvlfleet.adapters.main``, handing it the operator in kopf's ``
 nodes and GPU pods are always watched everywhere because a rack's free capacity is a cluster fact;
 ``--namespace`` limits which DeepSeekServings are reconciled.
 
-Leader election (``--leader-election-lease``) uses a ``coordination.k8s.io`` Lease, the way controller-runtime
-does: a replica starts kopf only once it holds the Lease, renews it every few seconds, and stops (exit 1, so
-its Deployment restarts it as a standby) as soon as it cannot renew within the deadline — before the Lease
-expires for the others, so two replicas never reconcile at once. Until it has stopped, a leader whose last
-successful renewal (timed from when it was sent) is older than that deadline writes nothing (the operator is
-built with ``Leadership.current`` as its fence): a process frozen
-past the Lease's expiry (a long pause, a stalled node) wakes up with its writes fenced off, finds the Lease taken
-and exits. A clean shutdown releases the Lease so a standby takes over immediately.
+**Leader election** (``--leader-election-lease``, ``nvlfleet.adapters.election``): a replica runs kopf from the
+start, leader or not — a *warm* standby, its watches and indexes filled, its handlers running — with every write
+fenced off until it holds the Lease (the operator's fence is ``Leadership.current``, kopf's DeepSeekServing
+handlers are blind while it stands by and kopf posts no Event, see ``nvlfleet.adapters.main``). When it wins the
+Lease it reconciles every serving it knows from its watch at once, so a takeover costs the Lease's expiry and one
+pass, not a cold start. The one exception is a self-managed webhook configuration (``--webhook-port`` without
+``--webhook-cert-dir``, a local run): kopf writes that configuration as soon as it starts, pointing it at this
+process, so such a replica waits for the Lease *before* starting kopf (a cold standby, answering ``/healthz``
+itself meanwhile).
 
-Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when the Lease was lost or kopf failed.
+Every port is checked before anything starts: a bad number is an argparse error, a port that cannot be listened on
+one line and exit code 2 (kopf would otherwise log a traceback and retry its start-up forever).
+
+Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when the Lease was lost or kopf failed, 2 for bad settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import sys
-import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from nvlfleet.adapters import exporter, kube
+from nvlfleet.adapters import election, exporter, kube
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
 from nvlfleet.commands import policyflags
 
-LEASE_SECONDS = 15  # how long a silent leader keeps the Lease
-RENEW_SECONDS = 5  # how often the leader renews
-RENEW_DEADLINE_SECONDS = 10  # a leader that could not renew for this long stops (< LEASE_SECONDS)
+if TYPE_CHECKING:
+    import kopf
 
 log = logging.getLogger("nvlfleet.run")
+
+PORT_MAX = 65535
+
+
+def port(value: str) -> int:
+    """An argparse type: a TCP port number, 0 meaning none."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= number <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"{number} is not a port number (0..{PORT_MAX}, 0: none)")
+    return number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,14 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope.add_argument("--all-namespaces", action="store_true", help="reconcile every namespace (the default)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and health endpoints")  # noqa: S104
-    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0: none)")
+    parser.add_argument("--metrics-port", type=port, default=9090, help="Prometheus /metrics port (0: none)")
     parser.add_argument(
         "--health-port",
-        type=int,
+        type=port,
         default=8080,
         help="liveness /healthz port, served by the leader and by a standby waiting for the Lease (0: none)",
     )
-    parser.add_argument("--webhook-port", type=int, default=0, help="serve the validating admission webhook here")
+    parser.add_argument("--webhook-port", type=port, default=0, help="serve the validating admission webhook here")
     parser.add_argument(
         "--webhook-cert-dir",
         help="directory with tls.crt, tls.key (and ca.crt) for the webhook; the webhook configuration is then "
@@ -114,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         config = config_of(args)
-    except ValueError as err:  # a bad --policy file: one line, no traceback
+        check_listenable(listened(args))
+    except ValueError as err:  # a bad --policy file, a port in use (exporter.CannotListen): one line, no traceback
         print(f"nvlfleet run: {err}", file=sys.stderr)
         return 2
     return asyncio.run(_operate(args, config))
@@ -138,31 +155,59 @@ def config_of(args: argparse.Namespace) -> Config:
     )
 
 
+def listened(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """Every address this process listens on, as (host, port): metrics, liveness, webhook (ports 0 left out)."""
+    webhook_host = args.bind_address if args.webhook_cert_dir else args.webhook_host  # as webhook.configure_server
+    wanted = [
+        (args.bind_address, args.metrics_port),
+        (args.bind_address, args.health_port),
+        (webhook_host, args.webhook_port),
+    ]
+    return [(host, number) for host, number in wanted if number]
+
+
+def check_listenable(addresses: list[tuple[str, int]]) -> None:
+    """Raise ``exporter.CannotListen`` for the first address nothing could listen on (in use, not this host's).
+
+    Each is bound the way aiohttp binds it (``SO_REUSEADDR``: a port in TIME_WAIT is free) and all are held until
+    the last, so one port given twice is caught too. They are released before the servers bind them for real: a
+    port taken in that instant still fails later (in kopf, which then stops), but a port in use at start fails
+    here, once, in one line.
+    """
+    with contextlib.ExitStack() as held:
+        for host, number in addresses:
+            try:
+                for family, kind, proto, _name, address in socket.getaddrinfo(
+                    host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                ):
+                    sock = held.enter_context(socket.socket(family, kind, proto))
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind(address)
+                    sock.listen()
+            except OSError as err:
+                raise exporter.CannotListen(host, number, err) from None
+
+
 async def _operate(args: argparse.Namespace, config: Config) -> int:
     import kopf
 
     from nvlfleet.adapters import main  # noqa: F401 — importing registers the handlers with kopf's default registry
 
-    stop = asyncio.Event()
-    lost = asyncio.Event()
-    api: kube.Api | None = None
+    stop, lost = asyncio.Event(), asyncio.Event()
+    settings = kopf.OperatorSettings()  # the start-up handler fills it in; leader election switches its posting
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    renewing: asyncio.Task[None] | None = None
-    fence: Callable[[], bool] | None = None
-    if args.leader_election_lease:
+    leadership = election.Leadership() if args.leader_election_lease else None
+    op = Operator(config, fence=leadership.current if leadership is not None else None)
+    lease: election.Lease | None = None
+    electing: asyncio.Task[None] | None = None
+    if leadership is not None:
         api = kube.Api(kube.connect(config.kubeconfig))
-        # A standby is alive while it waits: it answers /healthz itself until kopf's endpoint takes the port.
-        standby = await _serve_standby_health(args.bind_address, args.health_port) if args.health_port else None
-        try:
-            acquired = await _acquire(api, args.leader_election_namespace, args.leader_election_lease, identity)
-        finally:
-            if standby is not None:
-                await standby.cleanup()
-        leadership = Leadership(acquired)
-        fence = leadership.current  # no write once the Lease may have passed to another replica
-        renewing = asyncio.create_task(
-            _renew(api, args.leader_election_namespace, args.leader_election_lease, identity, leadership, stop, lost)
-        )
+        lease = election.Lease(api, args.leader_election_namespace, args.leader_election_lease, identity)
+        electing = _start_election(lease, leadership, op, settings, stop, lost)
+        if args.webhook_port and not args.webhook_cert_dir:  # kopf would write the webhook configuration at once
+            await _stand_by_cold(args, leadership, stop)
+            if not leadership.won.is_set():
+                return 1  # the election failed before this replica ever led
     liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
     log.info("nvlfleet operator %s starting (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
     try:
@@ -171,78 +216,82 @@ async def _operate(args: argparse.Namespace, config: Config) -> int:
             standalone=True,
             stop_flag=stop,
             liveness_endpoint=liveness,
-            memo=kopf.Memo(operator=Operator(config, fence=fence)),
+            settings=settings,
+            memo=kopf.Memo(operator=op),
         )
+    except Exception as err:
+        refused = _cannot_listen(err)
+        if refused is None:
+            raise
+        print(f"nvlfleet run: {refused}", file=sys.stderr)  # a port taken since the check, kopf logged it too
+        return 2
     finally:
-        if renewing is not None:
-            renewing.cancel()
-        if api is not None and not lost.is_set():
-            await asyncio.to_thread(
-                api.release_lease, args.leader_election_namespace, args.leader_election_lease, identity
-            )
+        if electing is not None:
+            electing.cancel()
+        if lease is not None and not lost.is_set():
+            await lease.release()  # a no-op for a standby: only the holder releases
     return 1 if lost.is_set() else 0
 
 
-class Leadership:
-    """When this replica last renewed its Lease, counted from the moment the renewal was *sent*, so a reply that
-    arrives late (or a process that was frozen) never stretches the time this replica believes it leads."""
+def _cannot_listen(err: Exception) -> exporter.CannotListen | None:
+    """The port failure behind kopf's start-up error, if that is what it was: kopf's ``ActivityError`` (not
+    exported) keeps each start-up handler's outcome, and ``main.startup`` raises its refusal from the port's."""
+    for outcome in getattr(err, "outcomes", {}).values():
+        cause = getattr(outcome.exception, "__cause__", None)
+        if isinstance(cause, exporter.CannotListen):
+            return cause
+    return None
 
-    def __init__(self, renewed: float) -> None:
-        self.renewed = renewed
 
-    def current(self) -> bool:
-        return time.monotonic() - self.renewed < RENEW_DEADLINE_SECONDS
+def _start_election(
+    lease: election.Lease,
+    leadership: election.Leadership,
+    op: Operator,
+    settings: kopf.OperatorSettings,
+    stop: asyncio.Event,
+    lost: asyncio.Event,
+) -> asyncio.Task[None]:
+    """Compete for the Lease beside kopf. Until this replica wins it, kopf posts no Event (the fence keeps the
+    operator's own writes back); once it wins, posting is back on and every serving gets a pass at once."""
+    settings.posting.enabled = False
+
+    async def take_over() -> None:
+        settings.posting.enabled = True
+        await op.take_over()
+
+    def ended(task: asyncio.Task[None]) -> None:
+        """Whatever ends the election ends the process with exit 1: a lost Lease, or a failure of the election
+        itself, which would otherwise leave a standby that never takes over."""
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("leader election failed; stopping", exc_info=task.exception())
+        lost.set()
+        stop.set()
+
+    electing = asyncio.create_task(election.elect(lease, leadership, take_over), name="leader election")
+    electing.add_done_callback(ended)
+    return electing
+
+
+async def _stand_by_cold(args: argparse.Namespace, leadership: election.Leadership, stop: asyncio.Event) -> None:
+    """Wait for the Lease (or the end of the election) before kopf starts, answering ``/healthz`` meanwhile."""
+    standby = await _serve_standby_health(args.bind_address, args.health_port) if args.health_port else None
+    waits = [asyncio.ensure_future(leadership.won.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+        if standby is not None:
+            await standby.cleanup()
 
 
 async def _serve_standby_health(host: str, port: int) -> web.AppRunner:
-    """``/healthz`` for a replica standing by, so its liveness probe passes while another replica leads."""
+    """``/healthz`` for a cold standby, so its liveness probe passes while another replica leads (a warm standby
+    runs kopf, whose endpoint answers)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"standby": True})
 
     return await exporter.serve_route(host, port, "/healthz", healthz)
-
-
-async def _acquire(api: kube.Api, namespace: str, name: str, identity: str) -> float:
-    announced = False
-    while True:
-        sent = time.monotonic()
-        try:
-            acquired = await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS)
-        except kube.ApiError as err:  # the API server away for a moment: a standby keeps waiting, it does not crash
-            log.warning("could not ask for Lease %s/%s, asking again in %ss: %s", namespace, name, RENEW_SECONDS, err)
-            acquired = False
-        if acquired:
-            log.info("became the leader (Lease %s/%s)", namespace, name)
-            return sent
-        if not announced:
-            log.info("standing by: Lease %s/%s is held by another replica", namespace, name)
-            announced = True
-        await asyncio.sleep(RENEW_SECONDS)
-
-
-async def _renew(
-    api: kube.Api,
-    namespace: str,
-    name: str,
-    identity: str,
-    leadership: Leadership,
-    stop: asyncio.Event,
-    lost: asyncio.Event,
-) -> None:
-    while True:
-        await asyncio.sleep(RENEW_SECONDS)
-        sent = time.monotonic()
-        try:
-            held = await asyncio.to_thread(api.acquire_lease, namespace, name, identity, LEASE_SECONDS)
-        except Exception as err:  # the API server may be unreachable for a moment; the deadline decides
-            log.warning("could not renew Lease %s/%s: %s", namespace, name, err)
-            held = None
-        if held:
-            leadership.renewed = sent
-            continue
-        if held is False or not leadership.current():
-            log.error("lost Lease %s/%s; stopping so that only one replica reconciles", namespace, name)
-            lost.set()
-            stop.set()
-            return
