@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from nvlfleet.api import models, names
 from nvlfleet.core import profiles, validation
+from support.examples import needed_policy
 
 pytestmark = pytest.mark.integration
 
@@ -217,7 +218,7 @@ def test_examples_are_accepted_and_stored_as_the_profile_reads_them(
     as_stored = models.DeepSeekServing.model_validate(stored).spec
     for role, _ in as_written.roles_present():
         assert profiles.effective(as_stored, role) == profiles.effective(as_written, role)
-    assert validation.validate(stored) == []
+    assert validation.validate(stored, needed_policy(example)) == []
 
 
 def test_kubectl_explain_reads_the_descriptions(local_cluster: Any, crd_applied: None) -> None:

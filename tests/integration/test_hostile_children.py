@@ -117,8 +117,12 @@ def test_a_field_another_manager_adds_to_a_leader_worker_set_is_removed_with_an_
 
     assert "host-root" in volumes()
     wait_for(lambda: "host-root" not in volumes(), 30, "the intruder's volume removed")
-    reverted = [m for t, r, m in cluster.events("tamper") if r == "Reverted"]
-    assert reverted and "volumes" in reverted[0] and "intruder" in reverted[0]
+
+    def reverted() -> list[str]:  # the event follows the update, after the pass's status patch
+        return [m for t, r, m in cluster.events("tamper") if r == "Reverted"]
+
+    (said,) = wait_for(reverted, 30, "a Reverted event")
+    assert "volumes[name=host-root]" in said and "intruder" in said
 
 
 def test_a_refused_child_is_a_ready_false_condition_naming_it_and_leaves_no_compute_domain_behind(

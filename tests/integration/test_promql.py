@@ -36,7 +36,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster import fleet, processes
 
-from nvlfleet.api import models
+from nvlfleet.api import metric_names, models
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core import render
 
@@ -321,7 +321,7 @@ def scraping(
 
 def test_the_operators_revenue_gauge_reaches_prometheus(chain: Chain) -> None:
     chain.until(
-        lambda: chain.returns_data(f'{dashboards.REVENUE_PER_HOUR}{{serving="flash"}}'),
+        lambda: chain.returns_data(f'{metric_names.REVENUE_PER_HOUR}{{serving="flash"}}'),
         120,
         "the operator's revenue gauge for flash in Prometheus",
     )

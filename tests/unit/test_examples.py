@@ -8,9 +8,10 @@ import pathlib
 import pytest
 import yaml
 
-from nvlfleet.api import models, policy
+from nvlfleet.api import models
 from nvlfleet.core import economics, profiles, validation
 from nvlfleet.facts import facts, hardware
+from support.examples import NEEDS, needed_policy
 
 EXAMPLES = sorted((pathlib.Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -27,15 +28,6 @@ def test_the_examples_exist() -> None:
         "gb200-disaggregated.yaml",
         "gb300-low-latency.yaml",
     } <= names
-
-
-# The policy lines an example needs beyond the default policy, as its comment states them.
-NEEDS = {"gb300-throughput.yaml": ("--allow-weights-host-path=/mnt/nvme/models", "spec.model.weights.hostPath.path")}
-
-
-def needed_policy(example: pathlib.Path) -> policy.Policy:
-    flag = NEEDS.get(example.name, ("", ""))[0]
-    return policy.Policy(weights_host_path_prefixes=(flag.partition("=")[2],)) if flag else policy.DEFAULT
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
