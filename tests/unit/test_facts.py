@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # CI keeps a read-only copy of shared/ beside the clone; so does every developer checkout.
 REFERENCE = REPO.parent / "shared" / "reference"
 PACKAGE_DATA = REPO / "operator" / "nvlfleet" / "facts" / "data" / "vllm"
-COPIED = ("cli-flags.json", "env-vars.json", "facts.json")
+COPIED = ("cli-flags.json", "env-vars.json", "facts.json", "kv-connectors.json")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,28 @@ def test_unknown_flag_and_env_var_raise_with_a_hint(f: facts.Facts) -> None:
         f.flag("--max-num-seq")
     with pytest.raises(KeyError, match="does not read env var VLLM_ATTENTION_BACKEND"):
         f.env_var("VLLM_ATTENTION_BACKEND")
+
+
+def test_json_flag_keys_come_from_the_facts_that_list_them(f: facts.Facts) -> None:
+    eplb = f.json_flags["--eplb-config"]
+    assert eplb.keys == set(f.raw["expert_parallel"]["eplb"]["fields"]) and eplb.complete
+    assert f.json_flags["--speculative-config"].keys == set(f.raw["speculative_decoding"]["all_fields"])
+    assert "kv_role" in (f.json_flags["--kv-transfer-config"].keys or ())
+    assert f.json_flags["--additional-config"].keys is None  # vLLM passes it to plugins unchecked
+
+
+def test_a_json_key_is_refused_warned_or_accepted_as_the_facts_allow(f: facts.Facts) -> None:
+    assert f.json_flags["--eplb-config"].key_problem("window_size", f.version) is None
+    assert f.json_flags["--eplb-config"].key_problem("window", f.version) == (
+        "error",
+        "vLLM 0.33.0 has no key 'window' in --eplb-config; did you mean window_size? it accepts "
+        + ", ".join(sorted(f.raw["expert_parallel"]["eplb"]["fields"])),
+    )
+    severity, message = f.json_flags["--speculative-config"].key_problem("tensor_parallel_size", f.version) or ("", "")
+    assert severity == "error" and "use draft_tensor_parallel_size" in message
+    severity, _ = f.json_flags["--attention-config"].key_problem("no_such_key", f.version) or ("", "")
+    assert severity == "warning"  # the facts name only some of AttentionConfig's keys
+    assert f.json_flags["--additional-config"].key_problem("anything", f.version) is None
 
 
 def test_env_prefixes_allow_library_knobs_only(f: facts.Facts) -> None:

@@ -96,6 +96,11 @@ def test_the_base_serving_is_valid_without_warnings() -> None:
         pytest.param(latency_gb300(), id="gb300 latency-specialized from the profile"),
         pytest.param({"extraArgs": ["--chat-template", "/t.jinja; rm -rf / $(id) `x` | y"]}, id="shell chars"),
         pytest.param({"extraArgs": ["--performance-mode=throughput", "-O3"]}, id="profile-only flags"),
+        pytest.param(
+            {"extraArgs": ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}']},
+            id="kv-transfer keys vLLM has",
+        ),
+        pytest.param({"extraArgs": ["--additional-config", '{"my_plugin_knob":1}']}, id="additional config free-form"),
         pytest.param({"extraEnv": [{"name": "NCCL_NVLS_ENABLE", "value": "1"}]}, id="library env prefix"),
         pytest.param(
             {"extraEnv": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]},
@@ -564,6 +569,24 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.extraArgs[0]",
         "--attention-config expects a JSON object",
     ),
+    (
+        "unknown key in a JSON flag",
+        {
+            "extraArgs": [
+                "--enforce-eager",
+                "--kv-transfer-config",
+                '{"kv_connector":"NixlConnector","kv_rol":"kv_both"}',
+            ]
+        },
+        "spec.extraArgs[1]",
+        "vLLM 0.33.0 has no key 'kv_rol' in --kv-transfer-config; did you mean kv_role?",
+    ),
+    (
+        "JSON flag given a name",
+        {"extraArgs": ["--kv-transfer-config", "NixlConnector"]},
+        "spec.extraArgs[0]",
+        "--kv-transfer-config must be a JSON object",
+    ),
     # extraEnv
     (
         "removed env var",
@@ -784,6 +807,12 @@ WARNED: list[tuple[str, dict[str, Any], str, str]] = [
         {"extraArgs": ["--disable-custom-all-reduce"]},
         "spec.extraArgs[0]",
         "--disable-custom-all-reduce turns off DeepSeek V4.1's fused all-reduce + mHC path",
+    ),
+    (
+        "attention key the facts do not know",
+        {"extraArgs": ["--attention-config", '{"indexer_kv_dtype":"mxfp4","no_such_key":1}']},
+        "spec.extraArgs[0]",
+        "'no_such_key' is not a key the facts of vLLM 0.33.0 know for --attention-config",
     ),
     (
         "unused claim",
