@@ -189,6 +189,10 @@ def _read(f: facts.Facts, *argv: str) -> tuple[list[tuple[str, tuple[str, ...]]]
             [("--performance-mode", ("interactivity",)), ("--enable-auto-tool-choice", ())],
         ),
         (["--chat-template", "a b; rm -rf / $(x)"], [("--chat-template", ("a b; rm -rf / $(x)",))]),
+        # FlexibleArgumentParser turns _ into - in a long option's name
+        (["--max_num_seqs", "8"], [("--max-num-seqs", ("8",))]),
+        (['--kv_transfer_config={"kv_role":"kv_both"}'], [("--kv-transfer-config", ('{"kv_role":"kv_both"}',))]),
+        (["--no_async_scheduling"], [("--no-async-scheduling", ())]),
     ],
 )
 def test_reads_arguments_like_argparse(
@@ -201,11 +205,15 @@ def test_reads_arguments_like_argparse(
     ("argv", "errors"),
     [
         (["--foo"], [(0, "vLLM 0.33.0 has no flag --foo")]),
-        (["--max_num_seqs", "8"], [(0, "vLLM 0.33.0 has no flag --max_num_seqs; did you mean --max-num-seqs")]),
         (
             ["--eplb-config.window_size", "5"],
             [(0, "has no flag --eplb-config.window_size; pass a JSON object to --eplb-config")],
         ),
+        (
+            ["--compilation_config.cudagraph_mode", "FULL"],
+            [(0, "has no flag --compilation_config.cudagraph_mode; pass a JSON object to --compilation-config")],
+        ),
+        (["-t_p", "4"], [(0, "vLLM 0.33.0 has no flag -t_p")]),  # short options are not rewritten
         (["--max-num-seqs"], [(0, "--max-num-seqs needs a value")]),
         (["--max-num-seqs", "--enforce-eager"], [(0, "--max-num-seqs needs a value")]),
         (["--max-num-seqs", "many"], [(0, "--max-num-seqs expects an integer, got 'many'")]),

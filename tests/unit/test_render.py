@@ -286,6 +286,12 @@ def test_workers_run_the_leaders_engine_args_except_the_role_specific_ones() -> 
     assert "--kv-cache-metrics" in options(workers[0])  # engine flags from extraArgs reach every rank
 
 
+def test_a_front_end_flag_in_its_underscore_spelling_stays_on_the_leader() -> None:
+    (_, lws, _) = rendered({"decode": {sb.CLIQUE_A: 1}}, tensor=1, nodes=3, extraArgs=["--chat_template", "/t.jinja"])
+    leader, *workers = group_commands(lws)
+    assert "--chat_template" in leader and "--chat_template" not in workers[0]
+
+
 def argv_order(argv: list[str], drop: set[str] | frozenset[str]) -> list[str]:
     return [a.flag.name for a in FACTS.parse_args(argv[3:]).args if a.flag.name not in drop]
 

@@ -519,6 +519,24 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is set by nvlfleet"),
     (
+        "owned underscore spelling",
+        {"extraArgs": ["--tensor_parallel_size", "4"]},
+        "spec.extraArgs[0]",
+        "--tensor_parallel_size is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+    ),
+    (
+        "twice in two spellings",
+        {"extraArgs": ["--kv-cache-metrics", "--kv_cache_metrics"]},
+        "spec.extraArgs[1]",
+        "--kv_cache_metrics repeats spec.extraArgs[0] (kv_cache_metrics); vLLM would silently keep the last",
+    ),
+    (
+        "rule on an underscore spelling",
+        {"extraArgs": ["--additional_config", '{"decode_backend":"latency_specialized"}']},
+        "spec.extraArgs[0]",
+        "decode_backend latency_specialized needs a GB300 GPU",
+    ),
+    (
         "owned negation",
         {"extraArgs": ["--disable-expert-parallel"]},
         "spec.extraArgs[0]",

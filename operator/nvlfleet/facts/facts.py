@@ -274,9 +274,9 @@ class Facts:
     # -- flags ------------------------------------------------------------------------------------------------
 
     def find_flag(self, spelling: str) -> Flag | None:
-        """The flag ``spelling`` names (long form, ``--no-x`` form or short alias), or None."""
-        if spelling in self.flags:
-            return self.flags[spelling]
+        """The flag ``spelling`` names (long form, ``--no-x`` form, underscore spelling or short alias), or None."""
+        if _dashed(spelling) in self.flags:
+            return self.flags[_dashed(spelling)]
         target = self.aliases.get(spelling) or self.attached_aliases.get(spelling)
         return self.flags.get(target) if target else None
 
@@ -299,9 +299,10 @@ class Facts:
     def parse_args(self, argv: Sequence[str]) -> ParsedArgs:
         """Read ``argv`` the way ``vllm serve``'s argparse would, without running it.
 
-        Accepts ``--flag value``, ``--flag=value``, short aliases (``-tp 4``, ``-tp=4``), ``-O3``, and the
-        ``--no-x`` / ``--disable-x`` forms the wheel defines. Reports unknown flags, missing or surplus values,
-        values outside the flag's choices, values of the wrong type, and stray positional arguments.
+        Accepts ``--flag value``, ``--flag=value``, underscore spellings (``--max_num_seqs``), short aliases
+        (``-tp 4``, ``-tp=4``), ``-O3``, and the ``--no-x`` / ``--disable-x`` forms the wheel defines. Reports
+        unknown flags, missing or surplus values, values outside the flag's choices, values of the wrong type,
+        and stray positional arguments.
         """
         args: list[Arg] = []
         errors: list[ArgError] = []
@@ -544,6 +545,20 @@ _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
 def _is_option(token: str) -> bool:
     # argparse treats "-5" as a value when the parser has no numeric-looking options, and so do we.
     return token.startswith("-") and len(token) > 1 and not _NEGATIVE_NUMBER.match(token)
+
+
+def _dashed(spelling: str) -> str:
+    """A long option as vLLM's FlexibleArgumentParser hands it to argparse: ``_`` becomes ``-`` in the name.
+
+    ``vllm serve`` reads its argv with FlexibleArgumentParser (vllm/utils/argparse_utils.py), which rewrites
+    every ``--`` token's name up to the first ``.`` before argparse sees it, so ``--kv_transfer_config`` is
+    ``--kv-transfer-config`` and ``--no_async_scheduling`` is ``--no-async-scheduling``. Short aliases
+    (``-tp``) are left alone, and so is what follows a ``.`` (``--compilation-config.cudagraph_mode``).
+    """
+    if not spelling.startswith("--"):
+        return spelling
+    name, dot, rest = spelling[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + rest
 
 
 def _split_attached(token: str) -> tuple[str, str | None]:
