@@ -303,3 +303,19 @@ def test_every_profile_combination_emits_only_known_settings(
     assert t.speculative is None or t.speculative.method in FACTS.family(family.value).speculative_methods
     if t.eplb.enabled and t.routed_experts is not None:
         assert (t.routed_experts + t.eplb.num_redundant_experts) % t.ep_size == 0
+
+
+def test_explain_shows_an_extra_args_override_with_its_source() -> None:
+    serving = sb.serving(
+        gpu="GB300",
+        goal="latency",
+        tensor=4,
+        nodes=1,
+        extraArgs=["--enforce-eager", "--attention-config", '{"indexer_kv_dtype":"fp8"}', "--reasoning-parser", "x"],
+    )
+    lines = profiles.explain(profiles.effective(serving.spec, models.RoleName.DECODE))
+    assert (
+        "attention_config = {'indexer_kv_dtype': 'fp8'}  # overridden in extraArgs (vLLM keeps the last value) "
+        "[spec.extraArgs[1]]" in lines
+    )
+    assert "reasoning_parser = 'x'  # overridden in extraArgs (vLLM keeps the last value) [spec.extraArgs[3]]" in lines
