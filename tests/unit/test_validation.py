@@ -394,7 +394,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "removed all-to-all",
         {"kernels": {"all2allBackend": "pplx"}},
         "spec.kernels.all2allBackend",
-        "all-to-all backend pplx was removed from vLLM 0.33.0",
+        "all-to-all backend pplx no longer exists in vLLM 0.33.0",
     ),
     (
         "unknown all-to-all",
@@ -791,6 +791,12 @@ def test_a_rule_every_role_breaks_is_said_once_without_a_role() -> None:
         "DeepSeek V4.1 rejects attention backend FLASHINFER_MLA_SPARSE; the V4.1 model code refuses it; the FlashInfer "
         "sparse-MLA backend for V4.1 is FLASHINFER_MLA_SPARSE_DSV41"
     ]
+
+
+def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release() -> None:
+    """The facts say pplx is gone by vLLM 0.33.0, not that 0.33.0 removed it."""
+    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": "pplx"})) if p == "spec.kernels.all2allBackend"]
+    assert "removed from vLLM 0.33.0" not in message and "removed in" not in message
 
 
 def test_a_rule_one_role_breaks_names_the_role() -> None:
