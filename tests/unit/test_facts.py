@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # CI keeps a read-only copy of shared/ beside the clone; so does every developer checkout.
 REFERENCE = REPO.parent / "shared" / "reference"
 PACKAGE_DATA = REPO / "operator" / "nvlfleet" / "facts" / "data" / "vllm"
-COPIED = ("cli-flags.json", "env-vars.json", "facts.json")
+COPIED = ("cli-flags.json", "env-vars.json", "facts.json", "kv-connectors.json")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,28 @@ def test_unknown_flag_and_env_var_raise_with_a_hint(f: facts.Facts) -> None:
         f.flag("--max-num-seq")
     with pytest.raises(KeyError, match="does not read env var VLLM_ATTENTION_BACKEND"):
         f.env_var("VLLM_ATTENTION_BACKEND")
+
+
+def test_json_flag_keys_come_from_the_facts_that_list_them(f: facts.Facts) -> None:
+    eplb = f.json_flags["--eplb-config"]
+    assert eplb.keys == set(f.raw["expert_parallel"]["eplb"]["fields"]) and eplb.complete
+    assert f.json_flags["--speculative-config"].keys == set(f.raw["speculative_decoding"]["all_fields"])
+    assert "kv_role" in (f.json_flags["--kv-transfer-config"].keys or ())
+    assert f.json_flags["--additional-config"].keys is None  # vLLM passes it to plugins unchecked
+
+
+def test_a_json_key_is_refused_warned_or_accepted_as_the_facts_allow(f: facts.Facts) -> None:
+    assert f.json_flags["--eplb-config"].key_problem("window_size", f.version) is None
+    assert f.json_flags["--eplb-config"].key_problem("window", f.version) == (
+        "error",
+        "vLLM 0.33.0 has no key 'window' in --eplb-config; did you mean window_size? it accepts "
+        + ", ".join(sorted(f.raw["expert_parallel"]["eplb"]["fields"])),
+    )
+    severity, message = f.json_flags["--speculative-config"].key_problem("tensor_parallel_size", f.version) or ("", "")
+    assert severity == "error" and "use draft_tensor_parallel_size" in message
+    severity, _ = f.json_flags["--attention-config"].key_problem("no_such_key", f.version) or ("", "")
+    assert severity == "warning"  # the facts name only some of AttentionConfig's keys
+    assert f.json_flags["--additional-config"].key_problem("anything", f.version) is None
 
 
 def test_env_prefixes_allow_library_knobs_only(f: facts.Facts) -> None:
@@ -167,6 +189,10 @@ def _read(f: facts.Facts, *argv: str) -> tuple[list[tuple[str, tuple[str, ...]]]
             [("--performance-mode", ("interactivity",)), ("--enable-auto-tool-choice", ())],
         ),
         (["--chat-template", "a b; rm -rf / $(x)"], [("--chat-template", ("a b; rm -rf / $(x)",))]),
+        # FlexibleArgumentParser turns _ into - in a long option's name
+        (["--max_num_seqs", "8"], [("--max-num-seqs", ("8",))]),
+        (['--kv_transfer_config={"kv_role":"kv_both"}'], [("--kv-transfer-config", ('{"kv_role":"kv_both"}',))]),
+        (["--no_async_scheduling"], [("--no-async-scheduling", ())]),
     ],
 )
 def test_reads_arguments_like_argparse(
@@ -179,11 +205,15 @@ def test_reads_arguments_like_argparse(
     ("argv", "errors"),
     [
         (["--foo"], [(0, "vLLM 0.33.0 has no flag --foo")]),
-        (["--max_num_seqs", "8"], [(0, "vLLM 0.33.0 has no flag --max_num_seqs; did you mean --max-num-seqs")]),
         (
             ["--eplb-config.window_size", "5"],
             [(0, "has no flag --eplb-config.window_size; pass a JSON object to --eplb-config")],
         ),
+        (
+            ["--compilation_config.cudagraph_mode", "FULL"],
+            [(0, "has no flag --compilation_config.cudagraph_mode; pass a JSON object to --compilation-config")],
+        ),
+        (["-t_p", "4"], [(0, "vLLM 0.33.0 has no flag -t_p")]),  # short options are not rewritten
         (["--max-num-seqs"], [(0, "--max-num-seqs needs a value")]),
         (["--max-num-seqs", "--enforce-eager"], [(0, "--max-num-seqs needs a value")]),
         (["--max-num-seqs", "many"], [(0, "--max-num-seqs expects an integer, got 'many'")]),

@@ -234,10 +234,22 @@ def test_every_dialect_flag_exists_in_the_facts() -> None:
 
 def test_json_keys_are_fields_vllm_knows() -> None:
     (dialect,) = profile_data.dialects()
-    eplb_fields = set(FACTS.raw["expert_parallel"]["eplb"]["fields"])
-    spec_fields = set(FACTS.raw["speculative_decoding"]["all_fields"])
-    assert set(dialect.config_keys["eplb"].values()) <= eplb_fields
-    assert set(dialect.config_keys["speculative"].values()) <= spec_fields
+    for config, keys in dialect.config_keys.items():
+        json_flag = FACTS.json_flags[dialect.flag(f"{config}_config")]
+        for key in keys.values():
+            assert json_flag.key_problem(key, FACTS.version) is None, (config, key)
+
+
+def test_json_objects_the_profiles_set_hold_only_keys_vllm_knows() -> None:
+    (dialect,) = profile_data.dialects()
+    for family in models.ModelFamily:
+        profile = profile_data.family_profile(dialect.name, family)
+        for rule in (*profile.rules, *profile.consequences):
+            for setting in ("attention_config", "additional_config"):
+                value, _ = rule.settings.get(setting, ({}, None))
+                json_flag = FACTS.json_flags[dialect.flag(setting)]
+                for key in value if isinstance(value, dict) else ():
+                    assert json_flag.key_problem(key, FACTS.version) is None, (family, rule.name, key)
 
 
 # (tensor, nodes per group); groups spanning nodes only where NVLink spans nodes (validation refuses the rest)
@@ -291,3 +303,19 @@ def test_every_profile_combination_emits_only_known_settings(
     assert t.speculative is None or t.speculative.method in FACTS.family(family.value).speculative_methods
     if t.eplb.enabled and t.routed_experts is not None:
         assert (t.routed_experts + t.eplb.num_redundant_experts) % t.ep_size == 0
+
+
+def test_explain_shows_an_extra_args_override_with_its_source() -> None:
+    serving = sb.serving(
+        gpu="GB300",
+        goal="latency",
+        tensor=4,
+        nodes=1,
+        extraArgs=["--enforce-eager", "--attention-config", '{"indexer_kv_dtype":"fp8"}', "--reasoning-parser", "x"],
+    )
+    lines = profiles.explain(profiles.effective(serving.spec, models.RoleName.DECODE))
+    assert (
+        "attention_config = {'indexer_kv_dtype': 'fp8'}  # overridden in extraArgs (vLLM keeps the last value) "
+        "[spec.extraArgs[1]]" in lines
+    )
+    assert "reasoning_parser = 'x'  # overridden in extraArgs (vLLM keeps the last value) [spec.extraArgs[3]]" in lines

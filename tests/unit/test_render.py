@@ -286,6 +286,30 @@ def test_workers_run_the_leaders_engine_args_except_the_role_specific_ones() -> 
     assert "--kv-cache-metrics" in options(workers[0])  # engine flags from extraArgs reach every rank
 
 
+def test_a_front_end_flag_in_its_underscore_spelling_stays_on_the_leader() -> None:
+    (_, lws, _) = rendered({"decode": {sb.CLIQUE_A: 1}}, tensor=1, nodes=3, extraArgs=["--chat_template", "/t.jinja"])
+    leader, *workers = group_commands(lws)
+    assert "--chat_template" in leader and "--chat_template" not in workers[0]
+
+
+def test_a_profile_flag_set_again_in_extra_args_is_rendered_once_with_the_override() -> None:
+    override = '{"decode_backend":"auto"}'
+    (_, lws, _) = rendered(
+        {"decode": {sb.CLIQUE_A: 1}},
+        gpu="GB300",
+        goal="latency",
+        tensor=4,
+        nodes=1,
+        extraArgs=["--additional-config", override, "--reasoning_parser", "deepseek_r1"],
+    )
+    (leader,) = group_commands(lws)
+    spelt = [a.flag.name for a in FACTS.parse_args(leader[3:]).args]
+    assert spelt.count("--additional-config") == 1 and spelt.count("--reasoning-parser") == 1
+    assert options(leader)["--additional-config"] == {"decode_backend": "auto"}
+    assert options(leader)["--reasoning-parser"] == "deepseek_r1"
+    assert leader[-4:] == ["--additional-config", override, "--reasoning_parser", "deepseek_r1"]
+
+
 def argv_order(argv: list[str], drop: set[str] | frozenset[str]) -> list[str]:
     return [a.flag.name for a in FACTS.parse_args(argv[3:]).args if a.flag.name not in drop]
 

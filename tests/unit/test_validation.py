@@ -96,6 +96,11 @@ def test_the_base_serving_is_valid_without_warnings() -> None:
         pytest.param(latency_gb300(), id="gb300 latency-specialized from the profile"),
         pytest.param({"extraArgs": ["--chat-template", "/t.jinja; rm -rf / $(id) `x` | y"]}, id="shell chars"),
         pytest.param({"extraArgs": ["--performance-mode=throughput", "-O3"]}, id="profile-only flags"),
+        pytest.param(
+            {"extraArgs": ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}']},
+            id="kv-transfer keys vLLM has",
+        ),
+        pytest.param({"extraArgs": ["--additional-config", '{"my_plugin_knob":1}']}, id="additional config free-form"),
         pytest.param({"extraEnv": [{"name": "NCCL_NVLS_ENABLE", "value": "1"}]}, id="library env prefix"),
         pytest.param(
             {"extraEnv": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]},
@@ -389,7 +394,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "removed all-to-all",
         {"kernels": {"all2allBackend": "pplx"}},
         "spec.kernels.all2allBackend",
-        "all-to-all backend pplx was removed from vLLM 0.33.0",
+        "all-to-all backend pplx no longer exists in vLLM 0.33.0",
     ),
     (
         "unknown all-to-all",
@@ -514,6 +519,24 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is set by nvlfleet"),
     (
+        "owned underscore spelling",
+        {"extraArgs": ["--tensor_parallel_size", "4"]},
+        "spec.extraArgs[0]",
+        "--tensor_parallel_size is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+    ),
+    (
+        "twice in two spellings",
+        {"extraArgs": ["--kv-cache-metrics", "--kv_cache_metrics"]},
+        "spec.extraArgs[1]",
+        "--kv_cache_metrics repeats spec.extraArgs[0] (kv_cache_metrics); vLLM would silently keep the last",
+    ),
+    (
+        "rule on an underscore spelling",
+        {"extraArgs": ["--additional_config", '{"decode_backend":"latency_specialized"}']},
+        "spec.extraArgs[0]",
+        "decode_backend latency_specialized needs a GB300 GPU",
+    ),
+    (
         "owned negation",
         {"extraArgs": ["--disable-expert-parallel"]},
         "spec.extraArgs[0]",
@@ -563,6 +586,24 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         {"extraArgs": ["--attention-config", "[]"]},
         "spec.extraArgs[0]",
         "--attention-config expects a JSON object",
+    ),
+    (
+        "unknown key in a JSON flag",
+        {
+            "extraArgs": [
+                "--enforce-eager",
+                "--kv-transfer-config",
+                '{"kv_connector":"NixlConnector","kv_rol":"kv_both"}',
+            ]
+        },
+        "spec.extraArgs[1]",
+        "vLLM 0.33.0 has no key 'kv_rol' in --kv-transfer-config; did you mean kv_role?",
+    ),
+    (
+        "JSON flag given a name",
+        {"extraArgs": ["--kv-transfer-config", "NixlConnector"]},
+        "spec.extraArgs[0]",
+        "--kv-transfer-config must be a JSON object",
     ),
     # extraEnv
     (
@@ -752,6 +793,12 @@ def test_a_rule_every_role_breaks_is_said_once_without_a_role() -> None:
     ]
 
 
+def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release() -> None:
+    """The facts say pplx is gone by vLLM 0.33.0, not that 0.33.0 removed it."""
+    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": "pplx"})) if p == "spec.kernels.all2allBackend"]
+    assert "removed from vLLM 0.33.0" not in message and "removed in" not in message
+
+
 def test_a_rule_one_role_breaks_names_the_role() -> None:
     only_decode = spec(kernels={"all2allBackend": "moonep"}, roles={"prefill": {"parallelism": {"data": 4}}})
     assert_reported(errors(only_decode), "spec.kernels.all2allBackend", "decode: all-to-all backend moonep needs")
@@ -784,6 +831,12 @@ WARNED: list[tuple[str, dict[str, Any], str, str]] = [
         {"extraArgs": ["--disable-custom-all-reduce"]},
         "spec.extraArgs[0]",
         "--disable-custom-all-reduce turns off DeepSeek V4.1's fused all-reduce + mHC path",
+    ),
+    (
+        "attention key the facts do not know",
+        {"extraArgs": ["--attention-config", '{"indexer_kv_dtype":"mxfp4","no_such_key":1}']},
+        "spec.extraArgs[0]",
+        "'no_such_key' is not a key the facts of vLLM 0.33.0 know for --attention-config",
     ),
     (
         "unused claim",

@@ -2,7 +2,8 @@
 
 Pure core, part of render (spec → validate → plan → **render**): ``nvlfleet.core.render`` puts ``leader`` and
 ``worker`` into the pod templates. The engine settings come from ``profiles.effective`` and are spelled by the
-profile's vLLM dialect; extraArgs are appended as argv items no interpreter parses.
+profile's vLLM dialect; extraArgs are appended as argv items no interpreter parses, and a profile flag they set
+again is not rendered, so every flag appears once.
 
 The worker start rank, without a shell
 --------------------------------------
@@ -59,8 +60,13 @@ Options = list[tuple[str, list[str]]]  # (flag, values) in rendering order
 
 
 def engine_options(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Options:
-    """The leader's options as (flag, values) in rendering order; frontend flags included, extraArgs not."""
-    return [*_layout_options(serving, tuning), *_engine_settings(tuning)]
+    """The leader's options as (flag, values) in rendering order; frontend flags included, extraArgs not.
+
+    A profile flag that extraArgs set again is left out: the extraArgs carry the value that wins, and a flag
+    given twice would make the argv say two things (``profiles.Tuning.overridden_flags``).
+    """
+    options = [*_layout_options(serving, tuning), *_engine_settings(tuning)]
+    return [(flag, values) for flag, values in options if flag not in tuning.overridden_flags]
 
 
 def _adder(tuning: profiles.Tuning, opts: Options) -> Callable[..., None]:

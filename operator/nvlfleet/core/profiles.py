@@ -10,8 +10,9 @@ one-line ``why`` citing its source); which settings exist, which spec field choo
 attribute holds it is ``settings.TABLE``. ``effective`` takes the steps in order: the profile rules matching the
 group's context (common first, then the family; later ones win), the spec's explicit choices merged over them,
 then ``consequences`` fix settings the merge left inconsistent (only settings the user did not choose; a
-conflict with an explicit choice is reported by ``nvlfleet.core.validation``). Finally two values are computed
-rather than looked up:
+conflict with an explicit choice is reported by ``nvlfleet.core.validation``), then a profile-only flag that
+extraArgs repeat (``settings.Setting.extra_arg``) takes the extraArgs value, as on vLLM's command line, where the
+last one wins. Finally two values are computed rather than looked up:
 
 - redundant experts ``r``: the smallest ``r >= eplb.min_redundant_experts`` with ``(experts + r) % EP == 0``
   (README §3 EPLB rule), EP being tensor × data, the routed-expert count coming from ``nvlfleet.facts`` (the
@@ -32,6 +33,7 @@ or every object read back from the API server would look user-set.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
@@ -128,7 +130,12 @@ class Tuning:
     env: tuple[tuple[str, str], ...]  # sorted by name
     probes: Probes
     reasons: Mapping[str, profile_data.Reason]  # setting key (settings.TABLE, env.<NAME>, routed_experts) -> reason
-    user_set: frozenset[str]  # setting keys the spec chose explicitly
+    user_set: frozenset[str]  # setting keys the spec chose explicitly (a field, or extraArgs for the profile-only)
+
+    @property
+    def overridden_flags(self) -> frozenset[str]:
+        """The profile's flags that extraArgs set: extraArgs render them, the profile's options are left out."""
+        return frozenset(self.dialect.flag(s.key) for s in settings.TABLE if s.extra_arg and s.key in self.user_set)
 
     @property
     def ep_size(self) -> int:
@@ -286,7 +293,41 @@ def effective(spec: models.DeepSeekServingSpec, role: models.RoleName) -> Tuning
     _consequences(profile, context, ep_size, merged, user)
     if experts is None and "eplb.enabled" not in user:
         merged["eplb.enabled"] = _eplb_off_without_expert_count(spec)
-    return _tuning(spec, role, dialect, topology, fabric, experts, ep_size, merged, frozenset(user))
+    overridden = _extra_arg_overrides(spec, dialect, merged)
+    merged |= overridden
+    return _tuning(spec, role, dialect, topology, fabric, experts, ep_size, merged, frozenset([*user, *overridden]))
+
+
+def _extra_arg_overrides(
+    spec: models.DeepSeekServingSpec, dialect: profile_data.Dialect, merged: Mapping[str, _Entry]
+) -> dict[str, _Entry]:
+    """The profile-only settings extraArgs set (``settings.Setting.extra_arg``), the last one of each winning.
+
+    They come after the consequences: a user's flag is theirs, and a clash is for validation to report. An
+    argument the facts cannot read, or a JSON value that is not an object, overrides nothing (validation
+    refuses it).
+    """
+    version_facts = facts.load(spec.runtime.vllm_version)
+    by_dest = {version_facts.flag(dialect.flag(s.key)).dest: s.key for s in settings.TABLE if s.extra_arg}
+    found: dict[str, _Entry] = {}
+    for arg in version_facts.parse_args(spec.extra_args).args:
+        key = by_dest.get(arg.flag.dest)
+        if key is None:
+            continue
+        value: profile_data.JsonValue = arg.value
+        if isinstance(merged[key][0], dict):
+            try:
+                value = json.loads(arg.values[0]) if arg.values else None
+            except ValueError:
+                continue
+            if not isinstance(value, dict):
+                continue
+        where = problems.path("spec.extraArgs", arg.index)
+        found[key] = (
+            value,
+            profile_data.Reason(why="overridden in extraArgs (vLLM keeps the last value)", source=where),
+        )
+    return found
 
 
 def _context(

@@ -41,6 +41,9 @@ class Setting:
     ``field``.
     ``profiled``: a profile rule sets it (False: computed from other settings, e.g. the redundant experts).
     ``explained``: ``nvlfleet render --explain`` prints it.
+    ``extra_arg``: ``extraArgs`` may override it. Its flag is the profile's alone (no spec field chooses it, and
+    nvlfleet does not own it), so the user's flag wins as it would on vLLM's command line, where the last value
+    is kept; the profile's flag is then left out of the argv.
     """
 
     key: str
@@ -50,6 +53,7 @@ class Setting:
     flag: str | None = None
     profiled: bool = True
     explained: bool = False
+    extra_arg: bool = False
 
 
 # fmt: off
@@ -94,13 +98,13 @@ TABLE: tuple[Setting, ...] = (
             flag="spec_method"),
     Setting("speculative.num_speculative_tokens", "speculative.num_speculative_tokens",
             ("speculative", "num_speculative_tokens"), rule="speculativeTokens", flag="spec_tokens"),
-    Setting("performance_mode", "performance_mode", explained=True),
-    Setting("attention_config", "attention_config", explained=True),
-    Setting("additional_config", "additional_config", explained=True),
+    Setting("performance_mode", "performance_mode", explained=True, extra_arg=True),
+    Setting("attention_config", "attention_config", explained=True, extra_arg=True),
+    Setting("additional_config", "additional_config", explained=True, extra_arg=True),
     Setting("api_server_count", "api_server_count", explained=True),
-    Setting("reasoning_parser", "reasoning_parser"),
-    Setting("tool_call_parser", "tool_call_parser"),
-    Setting("enable_auto_tool_choice", "enable_auto_tool_choice"),
+    Setting("reasoning_parser", "reasoning_parser", explained=True, extra_arg=True),
+    Setting("tool_call_parser", "tool_call_parser", explained=True, extra_arg=True),
+    Setting("enable_auto_tool_choice", "enable_auto_tool_choice", explained=True, extra_arg=True),
     Setting("probe.period_seconds", "probes.period_seconds"),
     Setting("probe.startup_slack_seconds", None),
     Setting("probe.timeout_seconds", "probes.timeout_seconds"),

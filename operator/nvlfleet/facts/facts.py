@@ -2,10 +2,11 @@
 
 Pure core, read by ``validation`` (a spec is checked against the facts of its ``runtime.vllmVersion``) and by
 ``profiles`` / ``render`` (every flag and env var they emit must exist in those facts). Each version has a folder
-``data/vllm/<version>/``: ``cli-flags.json``, ``env-vars.json`` and ``facts.json`` are copied verbatim from the
-reference read out of the vLLM wheel (a test keeps them equal to ``shared/reference/``); ``rules.yaml`` is
-nvlfleet's reading of them: flag aliases, the DeepSeek families, allowed third-party env prefixes, and the rules
-a serving must keep, each with a one-line reason and its source. A new vLLM version is a new folder.
+``data/vllm/<version>/``: ``cli-flags.json``, ``env-vars.json``, ``facts.json`` and ``kv-connectors.json`` are
+copied verbatim from the reference read out of the vLLM wheel (a test keeps them equal to ``shared/reference/``);
+``rules.yaml`` is nvlfleet's reading of them: flag aliases, where the facts list the keys of each JSON-valued
+flag, the DeepSeek families, allowed third-party env prefixes, and the rules a serving must keep, each with a
+one-line reason and its source. A new vLLM version is a new folder.
 
 API::
 
@@ -14,6 +15,7 @@ API::
     f.flag("--tensor-parallel-size") -> Flag            # also "-tp", "--no-async-scheduling"; KeyError if unknown
     f.find_flag(spelling) -> Flag | None
     f.parse_args(argv) -> ParsedArgs                    # argparse-like reading of extra args: .args, .errors
+    f.json_flags["--eplb-config"] -> JsonFlag           # the keys vLLM accepts inside a JSON-valued flag
     f.env_var(name) -> str ; f.knows_env(name) -> bool  # vllm.envs names (env_var raises KeyError if unknown)
     f.env_allowed(name) -> bool                         # known to vLLM, or a library prefix (NCCL_, UCX_, ...)
     f.removed_env_vars -> {name: what to use instead}   # e.g. VLLM_ALL2ALL_BACKEND -> --all2all-backend
@@ -109,6 +111,38 @@ class ArgError:
 class ParsedArgs:
     args: tuple[Arg, ...]
     errors: tuple[ArgError, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonFlag:
+    """The top-level keys vLLM accepts in the JSON object of one flag (rules.yaml ``jsonFlags``).
+
+    ``keys`` None: free-form, any key is accepted. ``complete`` False: the facts name only ``keys`` and do not
+    list the rest, so another key may exist (it earns a warning, not a refusal).
+    """
+
+    flag: str
+    keys: frozenset[str] | None
+    complete: bool
+    rejected: Mapping[str, str]  # keys vLLM refuses although its config class has them -> what to use instead
+    source: str
+
+    def key_problem(self, key: str, version: str) -> tuple[Severity, str] | None:
+        """Why vLLM ``version`` would refuse ``key`` (or why nvlfleet cannot vouch for it); None when it is fine."""
+        if key in self.rejected:
+            return "error", f"vLLM {version} refuses key {key!r} in {self.flag}; {self.rejected[key]}"
+        if self.keys is None or key in self.keys:
+            return None
+        known = ", ".join(sorted(self.keys))
+        close = difflib.get_close_matches(key, sorted(self.keys), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        if self.complete:
+            return "error", f"vLLM {version} has no key {key!r} in {self.flag}; {hint}it accepts {known}"
+        return (
+            "warning",
+            f"{key!r} is not a key the facts of vLLM {version} know for {self.flag} ({hint}they name {known}); "
+            "vLLM refuses a key its config does not have",
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,6 +255,7 @@ class Facts:
     flags: Mapping[str, Flag]  # every long spelling (including --no-x) → Flag
     aliases: Mapping[str, str]  # -tp → --tensor-parallel-size
     attached_aliases: Mapping[str, str]  # -O → --optimization-level (-O3)
+    json_flags: Mapping[str, JsonFlag]  # canonical flag name → the keys its JSON object may hold
     env_vars: frozenset[str]
     extra_env_vars: frozenset[str]  # read through os.environ outside vllm.envs
     removed_env_vars: Mapping[str, str]
@@ -239,9 +274,9 @@ class Facts:
     # -- flags ------------------------------------------------------------------------------------------------
 
     def find_flag(self, spelling: str) -> Flag | None:
-        """The flag ``spelling`` names (long form, ``--no-x`` form or short alias), or None."""
-        if spelling in self.flags:
-            return self.flags[spelling]
+        """The flag ``spelling`` names (long form, ``--no-x`` form, underscore spelling or short alias), or None."""
+        if _dashed(spelling) in self.flags:
+            return self.flags[_dashed(spelling)]
         target = self.aliases.get(spelling) or self.attached_aliases.get(spelling)
         return self.flags.get(target) if target else None
 
@@ -264,9 +299,10 @@ class Facts:
     def parse_args(self, argv: Sequence[str]) -> ParsedArgs:
         """Read ``argv`` the way ``vllm serve``'s argparse would, without running it.
 
-        Accepts ``--flag value``, ``--flag=value``, short aliases (``-tp 4``, ``-tp=4``), ``-O3``, and the
-        ``--no-x`` / ``--disable-x`` forms the wheel defines. Reports unknown flags, missing or surplus values,
-        values outside the flag's choices, values of the wrong type, and stray positional arguments.
+        Accepts ``--flag value``, ``--flag=value``, underscore spellings (``--max_num_seqs``), short aliases
+        (``-tp 4``, ``-tp=4``), ``-O3``, and the ``--no-x`` / ``--disable-x`` forms the wheel defines. Reports
+        unknown flags, missing or surplus values, values outside the flag's choices, values of the wrong type,
+        and stray positional arguments.
         """
         args: list[Arg] = []
         errors: list[ArgError] = []
@@ -371,6 +407,7 @@ def load(version: str = DEFAULT_VERSION) -> Facts:
     cli = json.loads(folder.joinpath("cli-flags.json").read_text())
     env = json.loads(folder.joinpath("env-vars.json").read_text())
     raw = json.loads(folder.joinpath("facts.json").read_text())
+    copied = {"facts.json": raw, "kv-connectors.json": json.loads(folder.joinpath("kv-connectors.json").read_text())}
     rules = yaml.safe_load(folder.joinpath("rules.yaml").read_text())
     flags = {
         name: Flag(
@@ -388,6 +425,10 @@ def load(version: str = DEFAULT_VERSION) -> Facts:
     for alias, target in [*aliases.items(), *attached.items()]:
         if target not in flags:
             raise ValueError(f"rules.yaml of vLLM {version}: alias {alias} names unknown flag {target}")
+    json_flags = {str(name): _json_flag(str(name), entry, copied) for name, entry in rules.get("jsonFlags", {}).items()}
+    for name in json_flags:
+        if name not in flags:
+            raise ValueError(f"rules.yaml of vLLM {version}: jsonFlags names unknown flag {name}")
     spec = raw["speculative_decoding"]
     env_facts = raw["env_vars"]
     return Facts(
@@ -395,6 +436,7 @@ def load(version: str = DEFAULT_VERSION) -> Facts:
         flags=flags,
         aliases=aliases,
         attached_aliases=attached,
+        json_flags=json_flags,
         env_vars=frozenset(str(n) for n in env),
         extra_env_vars=frozenset(str(n) for n in env_facts.get("read_via_os_environ_but_not_in_vllm_envs", [])),
         removed_env_vars={str(k): str(v) for k, v in env_facts.get("do_not_exist_use_flags_instead", {}).items()},
@@ -412,6 +454,24 @@ def load(version: str = DEFAULT_VERSION) -> Facts:
         rules=tuple(_rule(entry) for entry in rules.get("rules", [])),
         raw=raw,
     )
+
+
+def _json_flag(name: str, entry: Mapping[str, Any], copied: Mapping[str, Any]) -> JsonFlag:
+    """One ``jsonFlags`` entry, its keys read from the copied reference file it points into."""
+    source = str(entry.get("source", ""))
+    rejected = {str(k): str(v) for k, v in (entry.get("rejected") or {}).items()}
+    if "freeForm" in entry:
+        return JsonFlag(flag=name, keys=None, complete=True, rejected=rejected, source=source)
+    if "knownKeys" in entry:
+        known = frozenset(str(k) for k in entry["knownKeys"])
+        return JsonFlag(flag=name, keys=known, complete=False, rejected=rejected, source=source)
+    file, _, path = str(entry["keysFrom"]).partition(":")
+    found: Any = copied[file]
+    for part in path.split("."):
+        found = found[part]
+    if not isinstance(found, list | dict) or not found:
+        raise ValueError(f"jsonFlags {name}: {entry['keysFrom']} is not a list or mapping of keys")
+    return JsonFlag(flag=name, keys=frozenset(str(k) for k in found), complete=True, rejected=rejected, source=source)
 
 
 def _family(name: str, entry: Mapping[str, Any]) -> Family:
@@ -485,6 +545,20 @@ _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
 def _is_option(token: str) -> bool:
     # argparse treats "-5" as a value when the parser has no numeric-looking options, and so do we.
     return token.startswith("-") and len(token) > 1 and not _NEGATIVE_NUMBER.match(token)
+
+
+def _dashed(spelling: str) -> str:
+    """A long option as vLLM's FlexibleArgumentParser hands it to argparse: ``_`` becomes ``-`` in the name.
+
+    ``vllm serve`` reads its argv with FlexibleArgumentParser (vllm/utils/argparse_utils.py), which rewrites
+    every ``--`` token's name up to the first ``.`` before argparse sees it, so ``--kv_transfer_config`` is
+    ``--kv-transfer-config`` and ``--no_async_scheduling`` is ``--no-async-scheduling``. Short aliases
+    (``-tp``) are left alone, and so is what follows a ``.`` (``--compilation-config.cudagraph_mode``).
+    """
+    if not spelling.startswith("--"):
+        return spelling
+    name, dot, rest = spelling[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + rest
 
 
 def _split_attached(token: str) -> tuple[str, str | None]:

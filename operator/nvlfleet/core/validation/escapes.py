@@ -103,16 +103,37 @@ def check_extra_args(
             )
             continue
         seen[dest] = index
-        if arg.flag.name in ("--additional-config", "--attention-config") and arg.values:
-            try:
-                loaded = json.loads(arg.values[0])
-            except ValueError:
-                loaded = None
-            if not isinstance(loaded, dict):
-                out.error(where, f"{arg.spelling} must be a JSON object here (nvlfleet reads it for its rules)")
-                continue
+        json_flag = version_facts.json_flags.get(arg.flag.name)
+        if json_flag is not None and not _check_json_keys(arg, json_flag, version_facts.version, where, out):
+            continue
         kept.append(dataclasses.replace(arg, index=index))
     return tuple(kept)
+
+
+def _check_json_keys(
+    arg: facts.Arg, json_flag: facts.JsonFlag, version: str, where: str, out: findings.Findings
+) -> bool:
+    """Report the keys of a JSON-valued flag that vLLM would refuse; False when the argument is refused.
+
+    The value must be a JSON object: vLLM builds its config from it, and nvlfleet's rules read keys out of it
+    (decode_backend, indexer_kv_dtype). Only top-level keys are checked; nested objects belong to whoever reads
+    them (a KV connector's kv_connector_extra_config, for one).
+    """
+    try:
+        loaded = json.loads(arg.values[0]) if arg.values else None
+    except ValueError:
+        loaded = None
+    if not isinstance(loaded, dict):
+        out.error(where, f"{arg.spelling} must be a JSON object (vLLM {version} builds its config from one)")
+        return False
+    refused = False
+    for key in loaded:
+        problem = json_flag.key_problem(str(key), version)
+        if problem is not None:
+            severity, message = problem
+            out.add(severity, where, f"{message} ({json_flag.source})")
+            refused |= severity == "error"
+    return not refused
 
 
 def check_extra_env(

@@ -67,9 +67,9 @@ def _settings(
         "nodesPerGroup": _Setting(
             topology.nodes_per_group, f"{par_path}.nodesPerGroup" if written["nodesPerGroup"] else None
         ),
-        "decodeBackend": _Setting(_scalar(tuning.additional_config.get("decode_backend")), None),
-        "indexerKvDtype": _Setting(_scalar(tuning.attention_config.get("indexer_kv_dtype")), None),
-        "indexerSparseLogits": _Setting(_scalar(tuning.attention_config.get("indexer_sparse_logits")), None),
+        "decodeBackend": _config_setting(tuning, "additional_config", "decode_backend"),
+        "indexerKvDtype": _config_setting(tuning, "attention_config", "indexer_kv_dtype"),
+        "indexerSparseLogits": _config_setting(tuning, "attention_config", "indexer_sparse_logits"),
         "ubatchSize": _Setting(None, None),
     }
     for name, value in tuning.env:
@@ -79,17 +79,19 @@ def _settings(
     for arg in args:
         where = problems.path("spec.extraArgs", arg.index)
         out[f"arg.{arg.flag.dest}"] = _Setting(_typed(arg), where)
-        # The extra arguments come after nvlfleet's on the command line: their JSON replaces the profile's.
-        if arg.flag.name == "--additional-config":
-            config = json.loads(arg.values[0])
-            out["decodeBackend"] = _Setting(_scalar(config.get("decode_backend")), where)
-        elif arg.flag.name == "--attention-config":
-            config = json.loads(arg.values[0])
-            out["indexerKvDtype"] = _Setting(_scalar(config.get("indexer_kv_dtype")), where)
-            out["indexerSparseLogits"] = _Setting(_scalar(config.get("indexer_sparse_logits")), where)
-        elif arg.flag.name == "--ubatch-size":
+        if arg.flag.name == "--ubatch-size":
             out["ubatchSize"] = _Setting(_typed(arg), where)
     return out
+
+
+def _config_setting(tuning: profiles.Tuning, config: str, key: str) -> _Setting:
+    """A key of a JSON setting; blamed on the extraArgs item when that replaced the profile's object (the
+    extra arguments come last on the command line, and vLLM keeps the last value)."""
+    config_value = tuning.value(config)
+    assert isinstance(config_value, Mapping)
+    reason = tuning.reasons.get(config)
+    path = reason.source if config in tuning.user_set and reason is not None else None
+    return _Setting(_scalar(config_value.get(key)), path)
 
 
 def _scalar(value: object) -> facts.Scalar:
