@@ -14,6 +14,8 @@ objects), so every path a value could leak through is exercised. Then:
   server-side dry-run under enforced ``baseline`` and then ``restricted``: Pod Security refuses exactly what
   docs/security.md says (under baseline only a host-path weight cache; under restricted ``runAsNonRoot``, and the
   host path).
+- A serving in a namespace that enforces ``restricted`` gets no pod (vLLM images run as root), and says so: its
+  Degraded condition names the API server's refusal, read from the StatefulSet's FailedCreate Event.
 - The marker is in none of: the operator's log, any Event in the namespace, the operator's /metrics, the
   serving (spec, status, annotations) or anything nvlfleet rendered (LeaderWorkerSets, ComputeDomains, Services)
   or the pods; the pods get it as ``valueFrom.secretKeyRef``.
@@ -128,6 +130,32 @@ def test_every_examples_pods_pass_baseline_and_restricted_refuses_only_running_a
             "restricted_requirements_unmet": sorted(set().union(*found["restricted"].values())),
         },
     )
+
+
+def test_pods_refused_under_restricted_degrade_the_serving_with_the_api_servers_reason(
+    cluster: servings.Cluster,
+    namespace: str,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    fleet = gb200_fleet(racks=1)
+    start_operator()
+    cluster.create(servings.serving("refused", fleet, groups=1, nodes=2))
+
+    degraded = wait_for(
+        lambda: cluster.is_("refused", "Degraded") and cluster.condition("refused", "Degraded"),
+        120,
+        "the serving to say its pods are refused",
+    )
+
+    assert "the API server refuses its pods" in degraded["message"], degraded
+    assert 'violates PodSecurity "restricted:latest": runAsNonRoot != true' in degraded["message"], degraded
+    assert cluster.pods("refused") == []
+    assert cluster.condition("refused", "Ready")["reason"] == "Degraded"
 
 
 def _plain(obj: Any) -> Any:
