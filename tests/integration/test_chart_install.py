@@ -291,6 +291,7 @@ ALLOWED = [
     ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace={watched}"),
     ("delete", "computedomains.resource.nvidia.com", "--namespace={watched}"),
     ("create", "events", "--namespace={watched}"),
+    ("list", "events", "--namespace={watched}"),
     ("watch", "nodes", ""),
     ("update", "leases.coordination.k8s.io/{lease}", "--namespace={release}"),
 ]

@@ -6,9 +6,16 @@ objects), so every path a value could leak through is exercised. Then:
 
 - The pods LeaderWorkerSet created were admitted under baseline enforcement (a privileged pod is refused next to
   them, so the policy is live), and their security context is what render.py promises: not privileged, no
-  privilege escalation, no added capability, RuntimeDefault seccomp, no host namespaces or host paths. What the
+  privilege escalation, every capability dropped and none added, RuntimeDefault seccomp, no host namespaces or
+  host paths. What the
   *restricted* standard would still refuse is asked of the API server itself (a server-side dry-run of
   ``enforce=restricted``) and must be exactly the documented deviations (docs/reliability.md).
+- Every pod template of every example (``examples/*.yaml``, leaders and workers) is created as a pod by a
+  server-side dry-run under enforced ``baseline`` and then ``restricted``: Pod Security refuses exactly what
+  docs/security.md says (under baseline only a host-path weight cache; under restricted ``runAsNonRoot``, and the
+  host path).
+- A serving in a namespace that enforces ``restricted`` gets no pod (vLLM images run as root), and says so: its
+  Degraded condition names the API server's refusal, read from the StatefulSet's FailedCreate Event.
 - The marker is in none of: the operator's log, any Event in the namespace, the operator's /metrics, the
   serving (spec, status, annotations) or anything nvlfleet rendered (LeaderWorkerSets, ComputeDomains, Services)
   or the pods; the pods get it as ``valueFrom.secretKeyRef``.
@@ -28,15 +35,18 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from support import figures, servings
+from nvlfleet.core import render
+from support import figures, golden_cases, servings
 
 pytestmark = pytest.mark.integration
 
 Wait = Callable[..., Any]
 SECRET = "hf-credentials"
-# What the restricted standard asks that vLLM images cannot give (they run as root and write the weight cache
-# onto volumes owned by other users; see render.py): kubectl's wording, one entry per unmet requirement.
-RESTRICTED_DEVIATIONS = {"unrestricted capabilities", "runAsNonRoot != true"}
+# What the restricted standard asks that vLLM images cannot give (they run as root; see render.py's "Least
+# privilege"): the API server's wording, one entry per unmet requirement.
+RESTRICTED_DEVIATIONS = {"runAsNonRoot != true"}
+# What Pod Security refuses in a pod that mounts a host path (a weight cache the admin's policy allows there).
+HOST_PATH_DEVIATIONS = {"baseline": {"hostPath volumes"}, "restricted": {"restricted volume types"}}
 
 
 def _violations(line: str) -> list[str]:
@@ -55,6 +65,97 @@ def _violations(line: str) -> list[str]:
             current += char
     items.append(current)
     return [item.split(" (", 1)[0].strip() for item in items]
+
+
+def _refusal(message: str) -> set[str]:
+    """The unmet requirements in the API server's refusal of one pod, without their details:
+    ``pods "p" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes (volume "v"), ...``."""
+    found = re.search(r'violates PodSecurity "[^"]+": (.*)$', message)
+    assert found, message
+    return set(_violations(f"Warning: pod: {found.group(1)}"))
+
+
+def _example_pods() -> dict[str, dict[str, Any]]:
+    """Every pod template of every example's LeaderWorkerSets (leaders and workers) as a pod, by a unique name."""
+    pods = {}
+    for _, (serving, placement) in golden_cases.example_cases():
+        for lws in render.render(serving, placement):
+            if lws["kind"] != "LeaderWorkerSet":
+                continue
+            for key, template in lws["spec"]["leaderWorkerTemplate"].items():
+                if key.endswith("Template"):
+                    name = f"{lws['metadata']['name']}-{key.removesuffix('Template')}"
+                    metadata = {**template["metadata"], "name": name}
+                    pods[name] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+    return pods
+
+
+def _unmet(core: client.CoreV1Api, namespace: str, pods: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
+    """What Pod Security refuses in each pod, asked of the API server by a dry-run create (empty: admitted)."""
+    unmet = {}
+    for name, pod in pods.items():
+        try:
+            core.create_namespaced_pod(namespace, pod, dry_run="All")
+            unmet[name] = set()
+        except ApiException as err:
+            assert err.status == 403, err.body
+            unmet[name] = _refusal(json.loads(err.body)["message"])
+    return unmet
+
+
+def test_every_examples_pods_pass_baseline_and_restricted_refuses_only_running_as_root(
+    namespace: str, api_client: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(api_client)
+    pods = _example_pods()
+    host_path = {n for n, p in pods.items() if any("hostPath" in v for v in p["spec"]["volumes"])}
+    assert len(pods) > len(host_path) > 0  # examples/gb300-throughput.yaml caches its weights on a host path
+
+    found = {}
+    for level in ("baseline", "restricted"):
+        label = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}}
+        core.patch_namespace(namespace, label)
+        found[level] = _unmet(core, namespace, pods)
+
+    assert found["baseline"] == {n: HOST_PATH_DEVIATIONS["baseline"] if n in host_path else set() for n in pods}
+    assert found["restricted"] == {
+        n: RESTRICTED_DEVIATIONS | (HOST_PATH_DEVIATIONS["restricted"] if n in host_path else set()) for n in pods
+    }
+    figures.record(
+        "security_examples",
+        {
+            "example_pod_templates": len(pods),
+            "admitted_under_baseline": sum(not u for u in found["baseline"].values()),
+            "refused_under_baseline_for_a_host_path": len(host_path),
+            "restricted_requirements_unmet": sorted(set().union(*found["restricted"].values())),
+        },
+    )
+
+
+def test_pods_refused_under_restricted_degrade_the_serving_with_the_api_servers_reason(
+    cluster: servings.Cluster,
+    namespace: str,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    fleet = gb200_fleet(racks=1)
+    start_operator()
+    cluster.create(servings.serving("refused", fleet, groups=1, nodes=2))
+
+    degraded = wait_for(
+        lambda: cluster.is_("refused", "Degraded") and cluster.condition("refused", "Degraded"),
+        120,
+        "the serving to say its pods are refused",
+    )
+
+    assert "the API server refuses its pods" in degraded["message"], degraded
+    assert 'violates PodSecurity "restricted:latest": runAsNonRoot != true' in degraded["message"], degraded
+    assert cluster.pods("refused") == []
+    assert cluster.condition("refused", "Ready")["reason"] == "Degraded"
 
 
 def _plain(obj: Any) -> Any:
@@ -117,7 +218,7 @@ def test_vllm_pods_run_unprivileged_and_the_hf_token_is_never_seen_by_nvlfleet(
         for container in spec.containers + (spec.init_containers or []):
             context = container.security_context
             assert (context.privileged, context.allow_privilege_escalation) == (False, False)
-            assert context.capabilities is None or not context.capabilities.add
+            assert (context.capabilities.drop, context.capabilities.add) == (["ALL"], None)
             env = {e.name: e for e in container.env}
             assert env["HF_TOKEN"].value is None
             assert (env["HF_TOKEN"].value_from.secret_key_ref.name, env["HF_TOKEN"].value_from.secret_key_ref.key) == (

@@ -669,7 +669,7 @@ def test_the_complete_grant(helm: pathlib.Path) -> None:
         ("manager", "resource.nvidia.com/computedomains", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "/services", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
-        ("manager", "/events", ("create",), ()),
+        ("manager", "/events", ("create", "list"), ()),
         ("leader-election", "coordination.k8s.io/leases", ("create",), ()),
         ("leader-election", "coordination.k8s.io/leases", ("get", "update"), (f"{FULLNAME}-leader",)),
     }

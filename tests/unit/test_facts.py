@@ -251,3 +251,19 @@ def test_matchers_treat_unset_as_moot_in_require_and_absent_in_when() -> None:
     assert unset.when(None) and not unset.holds("pplx")
     assert not facts.Matcher("equal", (1,)).when(True)  # True == 1 in Python, not in rules
     assert facts.Matcher("not_in", ("a",)).holds(None) and not facts.Matcher("not_in", ("a",)).when(None)
+
+
+# --- hardware ----------------------------------------------------------------------------------------------------
+
+
+def test_no_gpu_generation_needs_a_linux_capability() -> None:
+    """The reference facts give none (hardware.yaml says which were read); render adds back exactly these."""
+    assert {name: g.capabilities for name, g in hardware.generations().items()} == {
+        name: () for name in ("GB200", "GB300", "B200", "H200")
+    }
+
+
+@pytest.mark.parametrize("raw", [["ALL"], ["CAP_IPC_LOCK"], ["ipc_lock"], "IPC_LOCK", None])
+def test_capabilities_must_be_single_names_as_kubernetes_spells_them(raw: object) -> None:
+    with pytest.raises(ValueError, match=r"GB200\.capabilities"):
+        hardware._capabilities("GB200", raw)

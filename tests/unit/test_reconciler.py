@@ -55,6 +55,7 @@ class Cluster:
     pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     fleet_extra: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     served: frozenset[str] = frozenset({"LeaderWorkerSet", "ComputeDomain", "PodMonitor"})
+    events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def snapshot(self, now: datetime.datetime = T0) -> reconciler.Snapshot:
         children = [copy.deepcopy(c) for c in self.children.values()]
@@ -66,6 +67,7 @@ class Cluster:
             pods=self.pods,
             fleet=[c for c in children if c["kind"] == "LeaderWorkerSet"] + self.fleet_extra,
             served=self.served,
+            events=self.events,
         )
 
     def reconcile(self, now: datetime.datetime = T0) -> reconciler.Decision:
@@ -540,6 +542,71 @@ def test_a_crash_looping_pod_degrades_its_group_and_recovery_is_announced() -> N
 
     assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "False"
     assert ("Normal", "Recovered") in [(e.type, e.reason) for e in decision.events]
+
+
+REFUSED = (
+    'pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true (pod or container '
+    '"vllm" must set securityContext.runAsNonRoot=true)'
+)
+
+
+def statefulset_event(statefulset: str, reason: str, at: datetime.datetime, namespace: str = "llm") -> dict[str, Any]:
+    """An Event as the StatefulSet controller records it for a pod it created or failed to create."""
+    pod = f"{statefulset}-0"
+    outcome = f"failed error: {REFUSED.format(pod=pod)}" if reason == "FailedCreate" else "successful"
+    return {
+        "metadata": {"name": f"{statefulset}.{reason}", "namespace": namespace},
+        "involvedObject": {"kind": "StatefulSet", "name": statefulset, "namespace": namespace},
+        "reason": reason,
+        "type": "Warning" if reason == "FailedCreate" else "Normal",
+        "message": f"create Pod {pod} in StatefulSet {statefulset} {outcome}",
+        "lastTimestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def test_pods_the_api_server_refuses_degrade_the_serving_with_its_reason() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    (lws,) = cluster.lws()
+    cluster.events = [statefulset_event(lws["metadata"]["name"], "FailedCreate", T0)]
+
+    decision = cluster.converge()
+
+    degraded = condition(cluster.serving["status"], reasons.DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", reasons.GROUPS_UNHEALTHY)
+    assert "the API server refuses its pods" in degraded["message"]
+    assert 'violates PodSecurity "restricted:latest": runAsNonRoot != true' in degraded["message"]
+    ready = condition(cluster.serving["status"], reasons.READY)
+    assert (ready["status"], ready["reason"]) == ("False", reasons.DEGRADED)
+    assert ("Warning", reasons.DEGRADED) in [(e.type, e.reason) for e in decision.events]
+
+
+def test_a_refusal_the_statefulset_later_got_past_is_not_reported() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    (lws,) = cluster.lws()
+    name = lws["metadata"]["name"]
+    cluster.events = [statefulset_event(name, "FailedCreate", T0), statefulset_event(name, "SuccessfulCreate", T1)]
+
+    cluster.converge(T1)
+
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "False"
+
+
+def test_only_refusals_of_this_servings_statefulsets_in_its_namespace_count() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    (lws,) = cluster.lws()
+    name = lws["metadata"]["name"]
+    cluster.events = [
+        statefulset_event(name, "FailedCreate", T0, namespace="elsewhere"),
+        statefulset_event("another-serving-decode-12345678", "FailedCreate", T0),
+        {**statefulset_event(name, "FailedCreate", T0), "involvedObject": {"kind": "ReplicaSet", "name": name}},
+    ]
+
+    cluster.converge()
+
+    assert condition(cluster.serving["status"], reasons.DEGRADED)["status"] == "False"
 
 
 # ---------------------------------------------------------------------------------------------------------------

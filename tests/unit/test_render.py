@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -452,6 +453,41 @@ def test_probes_run_on_the_leader_only() -> None:
     assert container(leader)["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container(leader)["startupProbe"]["failureThreshold"] * 10 >= 3600
     assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(container(worker))  # type: ignore[arg-type]
+
+
+def pod_templates(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pod template of every LeaderWorkerSet: leaders and workers."""
+    return [t for lws in kinds(manifests, "LeaderWorkerSet") for t in templates(lws) if t is not None]
+
+
+@pytest.mark.parametrize("name", sorted(golden_cases.cases()))
+def test_every_vllm_container_drops_all_capabilities_and_cannot_escalate(name: str) -> None:
+    serving, placement = golden_cases.cases()[name]
+    pods = pod_templates(render.render(serving, placement))
+
+    assert pods
+    for pod in pods:
+        assert container(pod)["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},  # the facts give no GPU generation a capability to add
+            "privileged": False,
+        }
+        assert pod["spec"]["securityContext"] == {
+            "fsGroup": render.CACHE_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+
+def test_a_capability_the_facts_require_is_added_back_and_nothing_else() -> None:
+    gb200 = hardware.generation("GB200")
+    needs_lock = dataclasses.replace(gb200, capabilities=("IPC_LOCK",))
+    with mock.patch.object(hardware, "generation", lambda name: needs_lock if name == "GB200" else gb200):
+        pods = pod_templates(rendered({"decode": {sb.CLIQUE_A: 1}}))
+
+    assert [container(p)["securityContext"]["capabilities"] for p in pods] == [
+        {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    ] * 2  # leader and worker
 
 
 def test_hf_token_comes_from_the_secret_and_hf_home_from_the_cache() -> None:

@@ -146,10 +146,19 @@ class Api:
         return obj
 
     def list_objects(
-        self, kind: names.Kind, namespace: str | None = None, selector: Mapping[str, str] | None = None
+        self,
+        kind: names.Kind,
+        namespace: str | None = None,
+        selector: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Every object of ``kind`` (in ``namespace``, or everywhere), matching the label ``selector``."""
-        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))] if selector else []
+        """Every object of ``kind`` (in ``namespace``, or everywhere), matching the label ``selector`` and the
+        field selector ``fields``."""
+        query = [
+            (param, ",".join(f"{k}={v}" for k, v in sorted(given.items())))
+            for param, given in (("labelSelector", selector), ("fieldSelector", fields))
+            if given
+        ]
         answer = self.request("GET", kind.path(namespace), query=query)
         items: list[dict[str, Any]] = answer.get("items") or []
         for item in items:  # list items come without their type

@@ -235,11 +235,23 @@ class Operator:
         for kind in names.CHILD_KINDS:
             if kind.kind in served and labelable:
                 children += api.list_objects(kind, namespace, selector)
+        events = self._statefulset_events(api, namespace) if labelable and children else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
-            serving=serving, now=now, children=children, served=served, policy=self.config.policy
+            serving=serving, now=now, children=children, served=served, policy=self.config.policy, events=events
         )
         return self._cached(snap)
+
+    def _statefulset_events(self, api: kube.Api, namespace: str) -> list[dict[str, Any]]:
+        """The Events about StatefulSets in ``namespace``: where a pod the API server refuses (Pod Security, quota)
+        is said (``health``). Without the grant to list them (an older chart's RBAC) the pass goes on without."""
+        try:
+            return api.list_objects(names.EVENT, namespace, fields={"involvedObject.kind": "StatefulSet"})
+        except kube.ApiError as err:
+            if err.status != 403:
+                raise
+            log.debug("cannot list Events in %s, so refused pods are not reported: %s", namespace, err)
+            return []
 
     def _is_served(self, api: kube.Api, kind: names.Kind) -> bool:
         """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""

@@ -4,11 +4,20 @@ Pure core, between render and status in a pass (snapshot → plan → render →
 group the plan placed (its rendered LeaderWorkerSets), the group's pods say whether it is ready, lost a node,
 crash-loops or waits for one; the observed LeaderWorkerSets say whether their controller is still rolling groups
 to a new template. Each finding is a sentence for the serving's conditions.
+
+A group whose pods the API server refuses (Pod Security, a quota, an admission webhook) has no pod to look at:
+LeaderWorkerSet creates StatefulSets, and the StatefulSet controller creates the pods, so the refusal is said
+only in that controller's ``FailedCreate`` Event on the StatefulSet (``create Pod <pod> in StatefulSet <sts>
+failed error: pods "<pod>" is forbidden: violates PodSecurity ...``); neither the StatefulSet's nor the
+LeaderWorkerSet's status carries it. A LeaderWorkerSet ``<lws>`` runs its leaders in StatefulSet ``<lws>`` and
+the workers of group ``i`` in ``<lws>-<i>``. Such a refusal counts while it is that StatefulSet's latest word on
+creating pods: a ``SuccessfulCreate`` after it (the namespace's policy was fixed) ends it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,9 +42,11 @@ def assess(
     observed: Iterable[Mapping[str, Any]],
     inv: inventory.Inventory,
     plan: planner.Plan,
+    events: Iterable[Mapping[str, Any]] = (),
 ) -> Health:
-    """The health of ``serving``'s groups as ``desired`` (its rendered children) places them, from its ``pods``
-    and its ``observed`` children (for the LeaderWorkerSet controller's rollout state)."""
+    """The health of ``serving``'s groups as ``desired`` (its rendered children) places them, from its ``pods``,
+    its ``observed`` children (for the LeaderWorkerSet controller's rollout state) and the ``events`` of the
+    StatefulSets in its namespace (for pods the API server refuses to create)."""
     namespace, name = serving.metadata.namespace, serving.metadata.name
     label = serving.spec.placement.domain_label
     nodes = {n.name: n for n in inv.nodes}
@@ -55,6 +66,7 @@ def assess(
         if c.get("kind") == names.LEADER_WORKER_SET.kind
     }
     short = {d.key: d.short for d in plan.domains if d.short > 0}
+    refused = refusals(events, namespace)
 
     ready = placed = 0
     ready_by_role: dict[str, int] = {}
@@ -80,6 +92,11 @@ def assess(
                 hurt.append(f"{role} group {index} in domain {inventory.short_domain(domain)}: {problems_[0]}")
             elif len(members) == size and all(_pod_ready(m) for m in members):
                 here_ready += 1
+        refusal = next(
+            (refused[s] for s in (lws_name, *(f"{lws_name}-{i}" for i in range(replicas))) if s in refused), None
+        )
+        if refusal is not None and here_ready < replicas:
+            hurt.append(f"{where}: the API server refuses its pods: {refusal}")
         ready += here_ready
         ready_by_role[role] = ready_by_role.get(role, 0) + here_ready
         if here_ready < replicas:
@@ -94,6 +111,41 @@ def assess(
             updated = objects.as_mapping(running.get("status")).get("updatedReplicas", 0)
             rolling.append(f"{where}: {updated}/{replicas} groups updated")
     return Health(ready, placed, ready_by_role, tuple(rolling), tuple(not_ready), tuple(hurt))
+
+
+def refusals(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[str, str]:
+    """StatefulSet name → the message of its pod-creation refusal, for those in ``namespace`` whose latest
+    ``FailedCreate``/``SuccessfulCreate`` Event is a refusal (see the module docstring)."""
+    latest: dict[str, tuple[datetime.datetime, str, str]] = {}
+    for event in events:
+        involved = objects.as_mapping(event.get("involvedObject"))
+        reason, name, message = event.get("reason"), involved.get("name"), event.get("message")
+        if involved.get("kind") != "StatefulSet" or involved.get("namespace", namespace) != namespace:
+            continue
+        if reason not in ("FailedCreate", "SuccessfulCreate") or not isinstance(name, str):
+            continue
+        when = _event_time(event)
+        if when is not None and (name not in latest or when >= latest[name][0]):
+            latest[name] = (when, str(reason), message if isinstance(message, str) else "no message given")
+    return {name: message for name, (_, reason, message) in latest.items() if reason == "FailedCreate"}
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
+    """When an Event last happened: its series' last observation, last timestamp, event time or creation."""
+    series = objects.as_mapping(event.get("series"))
+    for value in (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        objects.as_mapping(event.get("metadata")).get("creationTimestamp"),
+    ):
+        if isinstance(value, str) and value:
+            try:
+                parsed = datetime.datetime.fromisoformat(value)
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    return None
 
 
 def _rolling(lws: Mapping[str, Any]) -> bool:

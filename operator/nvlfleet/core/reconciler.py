@@ -88,6 +88,8 @@ class Snapshot:
     event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
     or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
     installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
+    ``events``: the Events about StatefulSets in the serving's namespace (a pod the API server refuses to create
+    is said only there; see ``health``).
     ``view``: nodes, pods and fleet digested (``fleet_view``) by an earlier pass over the same objects; used
     when its domain label is the serving's, else computed here.
     """
@@ -104,6 +106,7 @@ class Snapshot:
     view: FleetView | None = None
     policy: policy_.Policy = policy_.DEFAULT  # what the cluster admin lets a serving ask for
     live_servings: frozenset[str] | None = None  # uids of the servings that exist, when the adapter knows them
+    events: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -194,7 +197,7 @@ def reconcile(snap: Snapshot) -> Decision:
         return _frozen(snap, before, reasons.NAME_CONFLICT, "; ".join(conflicts))
 
     changes = _diff(desired, owned)
-    groups = health.assess(serving, desired, snap.pods, snap.children, inv, plan)
+    groups = health.assess(serving, desired, snap.pods, snap.children, inv, plan, snap.events)
     status = report.status(serving, plan, groups, changes.busy, before, snap.now)
     patch = status.merge_patch(servingstatus.RECONCILED)
     events = [*changes.events(), *report.events(before, status)]

@@ -61,10 +61,22 @@ Secret via ``secretKeyRef``, never a literal. ``enableServiceLinks: false`` beca
 inject ``<SERVICE>_PORT`` variables, and a Service named ``vllm`` in the namespace yields ``VLLM_PORT=tcp://...``,
 which vLLM reads as its own setting. Probes run on the leader only (headless workers serve no HTTP, README §6):
 startup on ``/health`` for ``VLLM_ENGINE_READY_TIMEOUT_S`` plus slack, readiness and liveness on ``/health``.
-Security: no privilege, no privilege escalation, RuntimeDefault seccomp. No ``IPC_LOCK``: the reference facts
-give no GB200/GB300 requirement for it (MNNVL goes through the IMEX channel, not RDMA-registered memory), so it is
-not added; add it with a policy exception if an image needs pinned-memory locking. Capabilities are not dropped
-wholesale because vLLM images run as root and write the weight cache onto volumes owned by other users.
+
+Least privilege
+---------------
+Every vLLM container (leader and workers) drops ALL capabilities and adds back exactly the GPU generation's
+``capabilities`` from ``facts/data/hardware.yaml``: none for any generation today (the reference facts give no
+GB200/GB300 need, not for MNNVL, which goes through the IMEX channel, nor for vLLM's NixlConnector; that file says
+which sources were read). Not privileged, no privilege escalation, RuntimeDefault seccomp. vLLM images run as
+root, so no ``runAsNonRoot`` or user is set; root without ``DAC_OVERRIDE``/``CHOWN``/``FOWNER`` writes only
+what its uid or groups may. The weight cache is kept writable by the pod's ``fsGroup`` (``CACHE_GROUP``,
+``fsGroupChangePolicy: OnRootMismatch``): the kubelet gives a PVC or emptyDir that supports ownership management
+to that group, group-writable, once (when the volume's root does not already match), and the container runs with
+it as a supplementary group. A hostPath volume is never changed by the kubelet: ``DirectoryOrCreate`` makes it
+root's, which is fine, but a cache directory that already exists and belongs to another uid, or a volume whose
+driver does not apply ``fsGroup`` (NFS, a CSI driver with ``fsGroupPolicy: None``), must be made writable for
+the container by its owner: ``chgrp -R 65532 <dir> && chmod -R g+rwX <dir>`` (or ``chown -R 0`` it). Reading
+alone needs no more than the files' read bits for others.
 """
 
 from __future__ import annotations
@@ -92,6 +104,7 @@ CLAIM_NAME = "compute-domain-channel"
 SHM_VOLUME = "dshm"
 CACHE_VOLUME = "model-cache"
 SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount point, not a temporary file
+CACHE_GROUP = 65532  # the pods' fsGroup, which keeps the weight cache writable without capabilities (see above)
 
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -247,6 +260,15 @@ def _probe(tuning: profiles.Tuning, period: int, failures: int) -> dict[str, Any
     }
 
 
+def _container_security(serving: models.DeepSeekServing) -> dict[str, Any]:
+    """No capability but the GPU generation's (facts), no privilege, no escalation (see "Least privilege")."""
+    capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
+    needed = hardware.generation(serving.spec.gpu.value).capabilities
+    if needed:
+        capabilities["add"] = list(needed)
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities, "privileged": False}
+
+
 def _affinity(
     serving: models.DeepSeekServing, role: models.RoleName, tuning: profiles.Tuning, domain: str | None
 ) -> dict[str, Any]:
@@ -304,13 +326,17 @@ def pod_template(
         container["livenessProbe"] = _probe(tuning, probes.liveness_period_seconds, probes.liveness_failure_threshold)
     container["resources"] = _resources(serving, tuning, claim=compute_domain is not None)
     container["volumeMounts"] = mounts
-    container["securityContext"] = {"allowPrivilegeEscalation": False, "privileged": False}
+    container["securityContext"] = _container_security(serving)
 
     pod_spec: dict[str, Any] = {
         "affinity": _affinity(serving, role, tuning, domain),
         "containers": [container],
         "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "fsGroup": CACHE_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumes": volumes,
     }
     if spec.runtime.image_pull_secrets:

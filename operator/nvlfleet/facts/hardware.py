@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from importlib import resources
 
 import yaml
@@ -25,10 +26,23 @@ class Generation:
     compute_capability: str
     memory_mib: int | None
     arch: str
+    capabilities: tuple[str, ...]  # Linux capabilities a vLLM container needs here, beyond none (render drops ALL)
 
     @property
     def gpus_per_domain(self) -> int:
         return self.gpus_per_node * self.nodes_per_domain
+
+
+_CAPABILITY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _capabilities(name: str, raw: object) -> tuple[str, ...]:
+    """A generation's ``capabilities`` as Kubernetes spells them (``IPC_LOCK``, no ``CAP_`` prefix, never ``ALL``)."""
+    if not isinstance(raw, list) or not all(isinstance(c, str) and _CAPABILITY.match(c) for c in raw):
+        raise ValueError(f"hardware.yaml {name}.capabilities must be a list of capability names, got {raw!r}")
+    if "ALL" in raw or any(c.startswith("CAP_") for c in raw):
+        raise ValueError(f"hardware.yaml {name}.capabilities names single capabilities without CAP_, got {raw!r}")
+    return tuple(raw)
 
 
 @functools.cache
@@ -45,6 +59,7 @@ def generations() -> dict[str, Generation]:
             compute_capability=str(entry["computeCapability"]),
             memory_mib=None if entry["memoryMiB"] is None else int(entry["memoryMiB"]),
             arch=str(entry["arch"]),
+            capabilities=_capabilities(name, entry["capabilities"]),
         )
         for name, entry in raw.items()
     }
