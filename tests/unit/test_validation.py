@@ -984,3 +984,9 @@ def test_a_non_finite_price_is_refused_at_its_field(value: float) -> None:
     (problem,) = validation.validate(sb.serving_dict(pricing=prices))
     assert problem.path == "spec.pricing.outputPerMillion"
     assert problem.message.startswith("must be a finite number")
+
+
+def test_a_name_that_is_not_a_dns_subdomain_is_refused_whole_not_by_its_prefix() -> None:
+    problems_ = validation.validate(sb.serving_dict(name="dsv41_Bad!"))
+    assert [p.path for p in problems_] == ["metadata.name"]
+    assert "is not a valid name" in problems_[0].message  # the whole name is checked (the regex was unanchored)

@@ -18,6 +18,7 @@ from typing import Any
 import pydantic
 
 from nvlfleet.api import models, nesting, problems
+from nvlfleet.core.validation import pod
 
 # What the API's string patterns mean, for messages ("is not a DNS label" rather than a regex).
 PATTERN_MEANINGS: Mapping[str, str] = {
@@ -42,7 +43,6 @@ PATTERN_MEANINGS: Mapping[str, str] = {
 }
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def parse(obj: object) -> tuple[models.DeepSeekServing | None, list[problems.Problem]]:
@@ -82,7 +82,7 @@ def _metadata_problems(metadata: object) -> list[problems.Problem]:
     name = metadata.get("name")
     if not name:
         found.append(problems.Problem("metadata.name", "is required"))
-    elif not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    elif not isinstance(name, str) or len(name) > 253 or not pod.DNS_SUBDOMAIN.fullmatch(name):
         found.append(
             problems.Problem(
                 "metadata.name",

@@ -16,13 +16,13 @@ _SHM = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount, sized by spec.p
 _QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _qualified_name(key: str) -> bool:
     """A Kubernetes label or annotation key: ``[prefix/]name``."""
     prefix, _, name = key.rpartition("/")
-    if prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+    if prefix and not (len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix)):
         return False
     return len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
 
