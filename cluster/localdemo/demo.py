@@ -438,7 +438,8 @@ def _placement_table(api: client.ApiClient, options: Options, nodes: list[dict[s
         domain_of[node["metadata"]["name"]] = domain
     busy: dict[str, int] = {}
     groups: dict[str, dict[tuple[str, str], set[str]]] = {}
-    pods = client.CoreV1Api(api).list_namespaced_pod(options.namespace, label_selector=names.SERVING_LABEL).items
+    engines = f"{names.SERVING_LABEL},{names.NAME_LABEL}=vllm"  # engine pods hold trays; router pods hold none
+    pods = client.CoreV1Api(api).list_namespaced_pod(options.namespace, label_selector=engines).items
     for pod in pods:
         domain = domain_of.get(pod.spec.node_name or "")
         if domain is None:

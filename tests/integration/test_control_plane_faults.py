@@ -197,12 +197,13 @@ def _carried_out(cluster: servings.Cluster, name: str, groups: int) -> bool:
 
 
 def _children_are_exactly(cluster: servings.Cluster, names: dict[str, int]) -> None:
-    """One LeaderWorkerSet (with ``groups`` replicas), one ComputeDomain and one Service per serving, nothing else."""
+    """One LeaderWorkerSet (with ``groups`` replicas), one ComputeDomain, the decode Service and the router's per
+    serving, nothing else."""
     for name, groups in names.items():
         children = cluster.children(name)
         assert [lws["spec"]["replicas"] for lws in children["LeaderWorkerSet"]] == [groups], name
         assert len(children["ComputeDomain"]) == 1, name
-        assert [s["metadata"]["name"] for s in children["Service"]] == [f"{name}-decode"], name
+        assert sorted(s["metadata"]["name"] for s in children["Service"]) == [f"{name}-decode", f"{name}-router"], name
         assert len(servings.groups_of(cluster.pods(name))) == groups, name
 
 

@@ -323,7 +323,8 @@ def state(api_client: client.ApiClient, namespace: str, fleet: Any, ignore: set[
     }
     pods: dict[str, dict[str, int]] = {}
     nodes_used: dict[str, int] = {}
-    for pod in core.list_namespaced_pod(namespace, label_selector="nvlfleet.io/serving").items:
+    engines = "nvlfleet.io/serving,app.kubernetes.io/name=vllm"  # the routers' pods hold no tray
+    for pod in core.list_namespaced_pod(namespace, label_selector=engines).items:
         if pod.metadata.deletion_timestamp is not None:
             continue
         name = pod.metadata.labels["nvlfleet.io/serving"]

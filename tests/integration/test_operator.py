@@ -60,7 +60,10 @@ def test_a_serving_becomes_leader_worker_sets_and_compute_domains_whose_groups_e
     assert sorted(cd["metadata"]["name"] for cd in children["ComputeDomain"]) == sorted(
         lws["metadata"]["name"] for lws in children["LeaderWorkerSet"]
     )
-    assert [s["metadata"]["name"] for s in children["Service"]] == ["flash-decode"]
+    assert sorted(s["metadata"]["name"] for s in children["Service"]) == ["flash-decode", "flash-router"]
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "Deployment"):
+        assert [o["metadata"]["name"] for o in children[kind]] == ["flash-router"], kind
+    assert status["endpoint"] == f"http://flash-router.{cluster.namespace}.svc:8000"
     uid = cluster.get("flash")["metadata"]["uid"]
     for objs in children.values():
         for obj in objs:
@@ -105,7 +108,9 @@ def test_the_periodic_recheck_writes_nothing_when_nothing_changed(
         key: (serving_before[key], after[key]) for key in ("metadata", "status") if serving_before[key] != after[key]
     }
     assert cluster.events("quiet") == events_before
-    assert operator.log.read_text().count("applied ") == 3  # ComputeDomain, LeaderWorkerSet, Service: once each
+    # Once each: ComputeDomain, LeaderWorkerSet, the decode Service, and the router's ServiceAccount, Role,
+    # RoleBinding, Deployment and Service.
+    assert operator.log.read_text().count("applied ") == 8
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,7 +215,7 @@ def test_an_operator_restart_mid_rollout_leaves_no_duplicate_or_orphaned_childre
     domains = sorted(lws["metadata"]["annotations"]["nvlfleet.io/domain-value"] for lws in children["LeaderWorkerSet"])
     assert domains == sorted(placement)  # one LeaderWorkerSet per domain, none left over, none twice
     assert len(children["ComputeDomain"]) == len(children["LeaderWorkerSet"])
-    assert len(children["Service"]) == 1
+    assert len(children["Service"]) == 2  # the decode role's and the router's
     assert len(groups_of(cluster.pods("steady"))) == 12
 
 

@@ -82,7 +82,8 @@ def cluster_placement(
 
 
 def serving_pods(api: client.ApiClient, namespace: str, name: str) -> list[client.V1Pod]:
-    selector = f"{names.SERVING_LABEL}={name}"
+    """The serving's engine pods (not its router's)."""
+    selector = f"{names.SERVING_LABEL}={name},{names.NAME_LABEL}={render.APP_NAME}"
     return list(client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items)
 
 

@@ -37,6 +37,8 @@ class Cluster:
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
         self.namespace = namespace
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -83,10 +85,26 @@ class Cluster:
             "Service": [
                 s.to_dict() for s in self.core.list_namespaced_service(self.namespace, label_selector=selector).items
             ],
+            # The router's (spec.router is on by default); the Service list above holds its Service too.
+            "ServiceAccount": [
+                a.to_dict()
+                for a in self.core.list_namespaced_service_account(self.namespace, label_selector=selector).items
+            ],
+            "Role": [
+                r.to_dict() for r in self.rbac.list_namespaced_role(self.namespace, label_selector=selector).items
+            ],
+            "RoleBinding": [
+                b.to_dict()
+                for b in self.rbac.list_namespaced_role_binding(self.namespace, label_selector=selector).items
+            ],
+            "Deployment": [
+                d.to_dict() for d in self.apps.list_namespaced_deployment(self.namespace, label_selector=selector).items
+            ],
         }
 
     def pods(self, serving: str) -> list[client.V1Pod]:
-        selector = f"nvlfleet.io/serving={serving}"
+        """The serving's engine pods (not its router's)."""
+        selector = f"nvlfleet.io/serving={serving},app.kubernetes.io/name=vllm"
         return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
 
     def events(self, name: str) -> list[tuple[str, str, str]]:

@@ -20,7 +20,9 @@ import yaml
 from localcluster import binaries
 
 import nvlfleet
+from nvlfleet.api import names
 from nvlfleet.artifacts import alerts, dashboards
+from support import servingbuilder as sb
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nvlfleet"
@@ -347,7 +349,12 @@ def test_rbac_has_no_wildcards_no_secrets_and_no_escalation(
     granted = rules(objects)
     assert not [r for r in granted if r[1].split("/")[1] in ("secrets", "configmaps")]
     assert not [r for r in granted if set(r[2]) & {"escalate", "bind", "impersonate", "deletecollection"}]
-    assert not [r for r in granted if r[1].startswith(("rbac.authorization.k8s.io/", "admissionregistration"))]
+    assert not [r for r in granted if r[1].startswith("admissionregistration")]
+    # RBAC objects: only the routers' namespaced Roles and RoleBindings, in the manager role, never cluster-wide
+    # ones; without escalate and bind (above) the operator can grant nothing it does not hold itself.
+    rbac = [r for r in granted if r[1].startswith("rbac.authorization.k8s.io/")]
+    assert {r[1] for r in rbac} == {"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings"}
+    assert {r[0] for r in rbac} == {f"{FULLNAME}-manager"}
 
 
 def test_cluster_scoped_grants_are_read_only(helm: pathlib.Path) -> None:
@@ -669,10 +676,45 @@ def test_the_complete_grant(helm: pathlib.Path) -> None:
         ("manager", "resource.nvidia.com/computedomains", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "/services", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
+        ("manager", "/serviceaccounts", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "rbac.authorization.k8s.io/roles", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "rbac.authorization.k8s.io/rolebindings", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "/pods", ("get",), ()),
         ("manager", "/events", ("create", "list"), ()),
         ("leader-election", "coordination.k8s.io/leases", ("create",), ()),
         ("leader-election", "coordination.k8s.io/leases", ("get", "update"), (f"{FULLNAME}-leader",)),
     }
+
+
+def held(helm: pathlib.Path) -> dict[str, set[str]]:
+    """What the operator may do in a served namespace, per apiGroup/resource: its cluster and manager grants."""
+    out: dict[str, set[str]] = {}
+    for role, resource, verbs, resource_names in rules(render(helm)):
+        if role in (f"{FULLNAME}-cluster", f"{FULLNAME}-manager") and not resource_names:
+            out.setdefault(resource, set()).update(verbs)
+    return out
+
+
+def test_the_operator_holds_what_the_routers_role_grants_so_it_needs_neither_escalate_nor_bind(
+    helm: pathlib.Path,
+) -> None:
+    from nvlfleet.core import router
+
+    role = router.role(sb.serving(), "dsv41-router")
+    grant = held(helm)
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert set(rule["verbs"]) <= grant.get(f"{group}/{resource}", set()), (group, resource)
+    verbs = {verb for _, _, rule_verbs, _ in rules(render(helm)) for verb in rule_verbs}
+    assert not verbs & {"escalate", "bind", "impersonate", "*"}
+
+
+def test_every_child_kind_can_be_applied_read_listed_and_pruned(helm: pathlib.Path) -> None:
+    grant = held(helm)
+    for kind in names.CHILD_KINDS:
+        assert {"get", "list", "create", "patch", "delete"} <= grant.get(f"{kind.group}/{kind.plural}", set()), kind
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,14 @@ def test_cel_messages_avoid_string_of_int(schema: dict[str, Any]) -> None:
 
 def test_printer_columns_read_fields_that_exist(definition: dict[str, Any], schema: dict[str, Any]) -> None:
     columns = definition["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [c["name"] for c in columns if not c.get("priority")] == ["Ready", "GPUs", "Tokens/s", "$/GPU-h", "Age"]
+    assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Ready",
+        "GPUs",
+        "Tokens/s",
+        "$/GPU-h",
+        "Endpoint",
+        "Age",
+    ]
     paths = {path for path, _ in nodes(schema)}
     for column in columns:
         json_path = column["jsonPath"].split("[?", 1)[0]

@@ -41,6 +41,10 @@ def condition(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
     return next(c for c in obj["conditions"] if c["type"] == ctype)
 
 
+# What the router of every serving (spec.router is on by default) applies, in order, after the engines' children.
+ROUTER_KINDS = ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+
+
 def kinds_and_names(objs: Any) -> list[tuple[str, str]]:
     return [(o["kind"], o["metadata"]["name"]) for o in objs]
 
@@ -139,7 +143,7 @@ def two_racks() -> list[dict[str, Any]]:
 # A new serving
 
 
-def test_a_new_serving_becomes_a_compute_domain_a_leader_worker_set_and_a_service_owned_by_it() -> None:
+def test_a_new_serving_becomes_its_engines_and_its_router_all_owned_by_it() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     decision = cluster.reconcile()
 
@@ -148,8 +152,11 @@ def test_a_new_serving_becomes_a_compute_domain_a_leader_worker_set_and_a_servic
     placement = decision.placement
     expected = render.render(parsed, placement)
     assert kinds_and_names(decision.apply) == kinds_and_names(expected)
+    assert [kind for kind, _ in kinds_and_names(expected)][-len(ROUTER_KINDS) :] == ROUTER_KINDS
     for applied, rendered in zip(decision.apply, expected, strict=True):
-        assert applied["spec"] == rendered["spec"]
+        assert {k: v for k, v in applied.items() if k != "metadata"} == {
+            k: v for k, v in rendered.items() if k != "metadata"
+        }
         meta = applied["metadata"]
         assert meta["ownerReferences"] == [
             {
@@ -234,7 +241,8 @@ def test_fields_the_api_server_or_another_controller_add_are_not_a_difference() 
     cluster.converge()
     for child in cluster.children.values():
         child["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
-        child["spec"].setdefault("extraDefault", {"set": "by a webhook"})
+        if "spec" in child:  # a ServiceAccount, Role or RoleBinding has none
+            child["spec"].setdefault("extraDefault", {"set": "by a webhook"})
         child["status"] = {"replicas": 1}
 
     assert cluster.reconcile().apply == ()
@@ -440,7 +448,7 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
     assert "needs 3 free nodes" in capacity["message"] and "largest free block is 2 nodes" in capacity["message"]
     assert condition(decision.status, reasons.PLACED)["status"] == "False"
     assert (ready_condition(decision.status)["reason"]) == "InsufficientCapacity"
-    assert [o["kind"] for o in decision.apply] == ["Service"]  # nothing placed: no LeaderWorkerSet
+    assert [o["kind"] for o in decision.apply] == ["Service", *ROUTER_KINDS]  # nothing placed: no LeaderWorkerSet
     assert ("Warning", "InsufficientCapacity") in [(e.type, e.reason) for e in decision.events]
     cluster.carry_out(decision)
     settled = cluster.converge(T1)  # the Service exists now: Progressing turns False
@@ -653,7 +661,7 @@ def test_a_missing_compute_domain_api_matters_only_when_compute_domains_are_aske
     assert "computedomains.resource.nvidia.com" in ready_condition(asked.reconcile().status)["message"]
 
     not_asked = Cluster(serving(groups=1, nodes=2, placement={"computeDomain": False}), two_racks(), served=without_cd)
-    assert [o["kind"] for o in not_asked.reconcile().apply] == ["LeaderWorkerSet", "Service"]
+    assert [o["kind"] for o in not_asked.reconcile().apply] == ["LeaderWorkerSet", "Service", *ROUTER_KINDS]
 
 
 def test_an_object_in_the_way_that_nvlfleet_did_not_create_is_never_overwritten() -> None:
@@ -739,6 +747,31 @@ def test_every_status_field_the_crd_reads_is_one_the_operator_writes() -> None:
             assert any(c.get(attr) is not None for c in conditions), f"{path}: nothing writes it"
 
 
+def test_the_status_holds_the_routers_endpoint_and_none_once_the_router_is_turned_off() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    cluster.converge()
+    assert cluster.serving["status"]["endpoint"] == "http://dsv41-router.llm.svc:8000"
+
+    cluster.serving["spec"]["router"] = {"enabled": False}
+    cluster.serving["metadata"]["generation"] = 2
+    decision = cluster.converge(T1)
+
+    assert decision.status is not None and decision.status["endpoint"] is None
+    assert sorted(kinds_and_names(decision.delete)) == sorted((kind, "dsv41-router") for kind in ROUTER_KINDS)
+    assert ("Normal", "Pruned") in [(e.type, e.reason) for e in decision.events]
+    assert [kind for kind, _ in cluster.children] == ["ComputeDomain", "LeaderWorkerSet", "Service"]
+
+
+def test_a_router_object_nvlfleet_did_not_create_is_never_taken_over() -> None:
+    cluster = Cluster(serving(groups=1, nodes=2), two_racks())
+    foreign = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dsv41-router"}}
+
+    decision = reconciler.reconcile(dataclasses.replace(cluster.snapshot(), foreign=[foreign]))
+
+    assert (decision.apply, decision.delete) == ((), ())
+    assert ready_condition(decision.status)["message"].startswith("ServiceAccount dsv41-router already exists")
+
+
 def test_the_scale_subresource_counts_ready_decode_groups_and_selects_their_leaders() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     cluster.converge()
@@ -759,7 +792,7 @@ def test_a_status_field_an_older_crd_prunes_does_not_make_every_pass_write() -> 
     cluster = Cluster(serving(groups=1, nodes=2), two_racks())
     cluster.converge()
     cluster.converge()  # settled: a third pass would write nothing
-    for field in ("replicas", "selector"):  # what the API server keeps of a write under the previous CRD
+    for field in ("replicas", "selector", "endpoint"):  # what the API server keeps of a write under an older CRD
         del cluster.serving["status"][field]
 
     assert cluster.reconcile().status is None

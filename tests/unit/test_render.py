@@ -119,7 +119,9 @@ def as_pod(template: dict[str, Any]) -> dict[str, Any]:
 
 
 def rendered(where: Any = None, **kwargs: Any) -> list[dict[str, Any]]:
-    """Render a builder serving with the placement ``where`` (None: unpinned)."""
+    """Render a builder serving with the placement ``where`` (None: unpinned), without its router unless
+    ``router`` is given: these tests are about the engines (tests/unit/test_router.py is about the router)."""
+    kwargs.setdefault("router", {"enabled": False})
     return render.render(sb.serving(**kwargs), where)
 
 

@@ -226,7 +226,9 @@ class Operator:
         one."""
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
-        served = frozenset(k.kind for k in names.CHILD_KINDS if k is names.SERVICE or self._is_served(api, k))
+        served = frozenset(
+            k.kind for k in names.CHILD_KINDS if k in names.BUILTIN_CHILD_KINDS or self._is_served(api, k)
+        )
         selector = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.SERVING_LABEL: name}
         children: list[dict[str, Any]] = []
         # A name longer than a label value cannot label a child, so none exists, and the API server would refuse

@@ -73,6 +73,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.revenuePerGpuHour",
         "description": "Revenue per GPU-hour at the current prices.",
     },
+    {
+        "name": "Endpoint",
+        "type": "string",
+        "jsonPath": ".status.endpoint",
+        "description": "The OpenAI endpoint: the router Service's in-cluster URL.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu", "priority": 1, "description": "GPU generation."},
     {"name": "Goal", "type": "string", "jsonPath": ".spec.goal", "priority": 1, "description": "Tuning goal."},

@@ -1,11 +1,11 @@
 """The DeepSeekServing API (group ``nvlfleet.io``, version ``v1alpha1``) as typed pydantic models: the spec.
 
 This module and its neighbours are the single source of the API (``kubetypes``: the Kubernetes types the spec
-embeds; ``servingstatus``: the status; ``schema``: the base type and CEL rules; ``names``: the group, version and
-kind): the CRD in ``crds/`` is generated from it (``nvlfleet.api.crd``), the
-validator and the renderer read it, and the operator parses every object it sees with it. It sits at the very
-start of the data flow (spec → validate → plan → render → apply → status) and is pure: no Kubernetes client, no
-kopf, no clock.
+embeds; ``router``: ``spec.router``, the front door; ``servingstatus``: the status; ``schema``: the base type and
+CEL rules; ``names``: the group, version and kind): the CRD in ``crds/`` is generated from it
+(``nvlfleet.api.crd``), the validator and the renderer read it, and the operator parses every object it sees
+with it. It sits at the very start of the data flow (spec → validate → plan → render → apply → status) and is
+pure: no Kubernetes client, no kopf, no clock.
 
 Field names are snake_case in Python and camelCase on the wire. Every field carries a description because those
 descriptions become ``kubectl explain deepseekserving.spec...``. Shape and range checks live here (they become
@@ -22,6 +22,7 @@ import pydantic
 from pydantic import alias_generators
 
 from nvlfleet.api import kubetypes, names, schema, servingstatus
+from nvlfleet.api import router as router_api
 from nvlfleet.facts import hardware
 
 DEFAULT_MAX_MODEL_LEN = 131072
@@ -172,7 +173,7 @@ class RuntimeSpec(schema.Model):
             description="vLLM container image, ideally pinned by digest.",
             min_length=1,
             max_length=512,
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+            pattern=schema.IMAGE,
         ),
     ]
     vllm_version: Annotated[
@@ -561,6 +562,9 @@ class DeepSeekServingSpec(schema.Model):
     monitoring: Annotated[MonitoringSpec, pydantic.Field(description="Metrics collection.")] = pydantic.Field(
         default_factory=MonitoringSpec
     )
+    router: Annotated[
+        router_api.RouterSpec, pydantic.Field(description="The OpenAI endpoint: vllm-router in front of the engines.")
+    ] = pydantic.Field(default_factory=router_api.RouterSpec)
 
     def roles_present(self) -> list[tuple[RoleName, RoleSpec]]:
         """The roles this serving runs, prefill first (it feeds decode)."""

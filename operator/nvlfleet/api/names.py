@@ -70,14 +70,31 @@ LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "lead
 COMPUTE_DOMAIN = Kind("resource.nvidia.com/v1beta1", "ComputeDomain", "computedomains")
 POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors")
 SERVICE = Kind("v1", "Service", "services")
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
 POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 
-# Every kind a serving can own, in the order children are applied (ComputeDomains before the LeaderWorkerSets
-# whose pods claim them; the Service last).
-CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_MONITOR)
+# Every kind a serving can own, in the order children are applied: ComputeDomains before the LeaderWorkerSets
+# whose pods claim them; the router's ServiceAccount, Role and RoleBinding before the Deployment whose pods run as
+# that account (a pod naming a missing ServiceAccount is refused, and a router started before its binding exists
+# is refused its first watch); Services after what they select.
+CHILD_KINDS: tuple[Kind, ...] = (
+    COMPUTE_DOMAIN,
+    LEADER_WORKER_SET,
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+    DEPLOYMENT,
+    SERVICE,
+    POD_MONITOR,
+)
+# The child kinds every Kubernetes API server serves: no CRD to install, so never asked about through discovery.
+BUILTIN_CHILD_KINDS: frozenset[Kind] = frozenset({SERVICE_ACCOUNT, ROLE, ROLE_BINDING, DEPLOYMENT, SERVICE})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,6 +117,8 @@ RESERVED_LABEL_PREFIXES: Final = ("nvlfleet.io/", "app.kubernetes.io/", "leaderw
 
 FIELD_MANAGER: Final = "nvlfleet"  # of every server-side apply
 COMPONENT: Final = "nvlfleet"  # the source of the Events nvlfleet records
+ROUTER_COMPONENT: Final = "router"  # the app.kubernetes.io/component of the router's objects and pods
+ROUTER_APP_NAME: Final = "vllm-router"  # their app.kubernetes.io/name (the engines' is "vllm")
 
 # ---------------------------------------------------------------------------------------------------------------
 # Labels LeaderWorkerSet puts on the pods of its groups

@@ -18,6 +18,10 @@ from nvlfleet.facts import hardware
 
 # A DNS-1123 label: what a Secret, PVC, volume or container name must be.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A container image reference: registry/repository[:tag][@digest].
+IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+# A cpu or memory quantity in the canonical spellings the API server stores unchanged: 2, 500m, 1Gi, 512Mi.
+RESOURCE_QUANTITY = r"^[1-9][0-9]*(m|Ki|Mi|Gi|Ti)?$"
 
 
 class Model(pydantic.BaseModel):

@@ -62,6 +62,13 @@ class DeepSeekServingStatus(schema.Model):
             "which a HorizontalPodAutoscaler needs)."
         ),
     ] = None
+    endpoint: Annotated[
+        str | None,
+        pydantic.Field(
+            description="The serving's OpenAI endpoint, the router Service's in-cluster URL "
+            "(http://<serving>-router.<namespace>.svc:8000); unset when spec.router.enabled is false."
+        ),
+    ] = None
     desired_groups: Annotated[int | None, pydantic.Field(description="Groups asked for, all roles.")] = None
     gpus: Annotated[int | None, pydantic.Field(description="GPUs allocated to placed groups.")] = None
     tokens_per_second: Annotated[
@@ -93,8 +100,9 @@ RECONCILED: tuple[str, ...] = (
     "gpus",
     "replicas",
     "selector",
+    "endpoint",
 )
 
 # Fields, by wire name, that the CRD of an earlier nvlfleet release does not have. Its API server prunes them from
 # every write (``helm upgrade`` does not upgrade CRDs), so their absence from a stored status proves nothing.
-NEWER_THAN_SOME_CRDS: tuple[str, ...] = ("replicas", "selector")
+NEWER_THAN_SOME_CRDS: tuple[str, ...] = ("replicas", "selector", "endpoint")

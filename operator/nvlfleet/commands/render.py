@@ -9,7 +9,8 @@ the only thing the operator adds.
 Without ``--nodes`` the LeaderWorkerSets are rendered unpinned (node affinity ``<domainLabel> Exists``, one
 LeaderWorkerSet per role) and a note on stderr says so. With ``--nodes``, groups that do not fit are reported on
 stderr and the exit code is 2; the placed ones are still printed. ``--explain`` prints every effective tuning
-setting with its reason to stderr. Exit codes: 0 rendered, 1 bad input, 2 some groups could not be placed.
+setting with its reason, and what the router is told and why, to stderr. Exit codes: 0 rendered, 1 bad input,
+2 some groups could not be placed.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"# {serving.metadata.name} {role.value}", file=sys.stderr)
                 for line in profiles.explain(profiles.effective(serving.spec, role)):
                     print(f"#   {line}", file=sys.stderr)
+            print(f"# {serving.metadata.name} router", file=sys.stderr)
+            for line in render.explain_router(serving):
+                print(f"#   {line}", file=sys.stderr)
     if args.output == "json":
         print(json.dumps(manifests, indent=2))
     else:

@@ -1,4 +1,4 @@
-"""Every child object a DeepSeekServing becomes: LeaderWorkerSets, ComputeDomains, Services, a PodMonitor.
+"""Every child object a DeepSeekServing becomes: LeaderWorkerSets, ComputeDomains, Services, the router, a PodMonitor.
 
 Pure core, after planning in the data flow (spec → validate → plan → **render** → apply → prune → status).
 ``render(serving, placement)`` is a pure function: no API calls, no clock, no randomness; the same inputs give
@@ -33,6 +33,9 @@ What one serving becomes
 - Per role **one Service** ``<serving>-<role>`` on port ``http`` selecting the leader pods of that role
   (``leaderworkerset.sigs.k8s.io/worker-index: "0"``): the OpenAI endpoint. LeaderWorkerSet itself creates a
   headless Service named after each LeaderWorkerSet, which is why LeaderWorkerSet names always carry a suffix.
+- Unless ``spec.router.enabled`` is false, **the router** (``nvlfleet.core.router``): a Deployment running
+  vllm-router, its ServiceAccount, Role and RoleBinding, and the Service that is the serving's OpenAI endpoint,
+  all named ``<serving>-router``; it discovers the decode group leaders (the per-role Services' selector).
 - Optionally **one PodMonitor** ``<serving>`` scraping ``/metrics`` on every leader, carrying the role and
   domain labels into the series.
 
@@ -44,7 +47,8 @@ Names, labels, budgets
   <lws>-<group>-<10-char hash>``, a label value capped at 63; with up to 1,000 groups (3 digits) that leaves 48.
   Longer serving names are cut and end with a 16-hex-digit hash of the full name, so no two servings share a child name
   (``_fit``); a serving name itself is a DNS-1035 label of at most 63 characters (checked at admission).
-- Service ``<serving>-<role>`` and PodMonitor ``<serving>``: 63 characters (DNS-1035 label).
+- Service ``<serving>-<role>``, the router's ``<serving>-router`` and PodMonitor ``<serving>``: 63 characters
+  (DNS-1035 label).
 - Labels on every object and pod: ``app.kubernetes.io/{name: vllm, instance: <serving>, component: <role>,
   managed-by: nvlfleet}``, ``nvlfleet.io/serving``, ``nvlfleet.io/role``, and on LWS/ComputeDomain/pods
   ``nvlfleet.io/domain`` (the hash). The full domain value is the annotation ``nvlfleet.io/domain-value``.
@@ -87,7 +91,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nvlfleet.api import models, names, problems
-from nvlfleet.core import commandline, profiles
+from nvlfleet.core import commandline, profiles, router
 from nvlfleet.facts import hardware
 
 Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
@@ -152,6 +156,11 @@ def lws_name(serving: str, role: models.RoleName, domain: str | None) -> str:
 def service_name(serving: str, role: models.RoleName) -> str:
     """Name of the Service in front of one role's leaders."""
     return _fit(serving, role.value, DNS_LABEL_BUDGET)
+
+
+def router_name(serving: str) -> str:
+    """Name of the router's Deployment, Service, ServiceAccount, Role and RoleBinding."""
+    return _fit(serving, names.ROUTER_COMPONENT, DNS_LABEL_BUDGET)
 
 
 def channel_template_name(lws: str) -> str:
@@ -458,6 +467,25 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
     }
 
 
+def router_engines(serving: models.DeepSeekServing) -> dict[str, str]:
+    """The pods the router sends requests to: the decode group leaders."""
+    return leader_labels(serving, models.RoleName.DECODE)
+
+
+def endpoint(serving: models.DeepSeekServing) -> str | None:
+    """The serving's OpenAI endpoint (the router Service's in-cluster URL); None without a router."""
+    if not serving.spec.router.enabled:
+        return None
+    return router.url(router_name(serving.metadata.name), serving.metadata.namespace)
+
+
+def explain_router(serving: models.DeepSeekServing) -> list[str]:
+    """What ``nvlfleet render --explain`` says about the serving's router."""
+    tuning = profiles.effective(serving.spec, models.RoleName.DECODE)
+    name = router_name(serving.metadata.name)
+    return router.explain(serving, name, router_engines(serving), tuning.dialect.port)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Checks render needs beyond validation
 
@@ -520,7 +548,7 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
 
 def render(serving: models.DeepSeekServing, placement: Placement | None = None) -> list[Manifest]:
     """Every child manifest of ``serving``, in a stable order: per role (prefill first) its ComputeDomains and
-    LeaderWorkerSets by domain value, then its Service; the PodMonitor last.
+    LeaderWorkerSets by domain value, then its Service; then the router's objects; the PodMonitor last.
 
     ``placement`` is ``{role: {domain value: groups}}`` from the planner; ``None`` renders every role unpinned.
     A role missing from a given placement has no LeaderWorkerSet (nothing placed). Raises
@@ -544,6 +572,11 @@ def render(serving: models.DeepSeekServing, placement: Placement | None = None) 
                 out.append(compute_domain(serving, role, domain))
             out.append(leader_worker_set(serving, role, tuning, domain, groups))
         out.append(service(serving, role, tuning))
+    if serving.spec.router.enabled:
+        decode = tunings[-1]  # roles_present ends with decode
+        out += router.manifests(
+            serving, router_name(serving.metadata.name), router_engines(serving), decode.dialect.port
+        )
     if serving.spec.monitoring.pod_monitor:
         out.append(pod_monitor(serving, tunings[-1]))
     return out

@@ -27,7 +27,16 @@ Status = Literal["True", "False", "Unknown"]
 Conditions = dict[str, tuple[Status, str, str]]  # condition type → (status, reason, message)
 
 # The fields a frozen fleet keeps from the status it had, by their wire names.
-_KEPT_WHEN_FROZEN = ("placement", "ready", "readyGroups", "desiredGroups", "gpus", "replicas", "selector")
+_KEPT_WHEN_FROZEN = (
+    "placement",
+    "ready",
+    "readyGroups",
+    "desiredGroups",
+    "gpus",
+    "replicas",
+    "selector",
+    "endpoint",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +79,7 @@ def status(
         gpus=gpus,
         replicas=groups.ready_by_role.get(decode.value, 0),
         selector=",".join(f"{k}={v}" for k, v in render.leader_labels(serving, decode).items()),
+        endpoint=render.endpoint(serving),
     )
 
 

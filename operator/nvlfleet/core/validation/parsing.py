@@ -27,6 +27,8 @@ PATTERN_MEANINGS: Mapping[str, str] = {
     r"^([01][0-9]|2[0-3]):[0-5][0-9]$": "a UTC time of day HH:MM between 00:00 and 23:59",
     r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name (letters, digits and '_', not starting with a digit)",
     r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$": "a Kubernetes quantity such as 64Gi",
+    r"^[1-9][0-9]*(m|Ki|Mi|Gi|Ti)?$": "a whole cpu or memory quantity such as 2, 500m or 1Gi (suffix m, Ki, Mi, Gi "
+    "or Ti)",
     r"^[0-9]+\.[0-9]+\.[0-9]+$": "a version MAJOR.MINOR.PATCH such as 0.33.0",
     r"^[A-Z0-9_]+$": "an upper-case backend name such as FLASHMLA_SPARSE_DSV41",
     r"^[a-z0-9_]+$": "a lower-case name such as flashinfer_nvlink_one_sided",

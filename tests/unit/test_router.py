@@ -1,0 +1,310 @@
+"""The router: the packaged vllm-router facts against the reference and the wheel, and what nvlfleet renders and
+refuses for spec.router."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from typing import Any
+
+import pytest
+
+from nvlfleet.api import names
+from nvlfleet.core import render, router, validation
+from nvlfleet.facts import vllm_router
+from support import golden_cases, routerflags
+from support import servingbuilder as sb
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DISAGGREGATION = REPO.parent / "shared" / "reference" / "vllm-0.33.0" / "disaggregation.md"
+PACKAGED = REPO / "operator" / "nvlfleet" / "facts" / "data" / "vllm-router" / vllm_router.VERSION
+ROUTER_KINDS = ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+
+FACTS = vllm_router.load()
+installed = pytest.mark.skipif(
+    routerflags.installed_version() is None, reason="vllm-router is not installed (pip install vllm-router==0.1.17)"
+)
+
+
+def reference() -> str:
+    if not DISAGGREGATION.is_file():
+        pytest.skip(f"{DISAGGREGATION} is absent: the drift check needs shared/ beside the clone")
+    return DISAGGREGATION.read_text()
+
+
+def section(text: str, number: int) -> str:
+    """Section ``## <number>.`` of disaggregation.md, up to the next one."""
+    return text.split(f"\n## {number}. ", 1)[1].split("\n## ", 1)[0]
+
+
+def router_of(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The router's objects by kind (the Service is the one selecting router pods)."""
+    out = {}
+    for obj in manifests:
+        if obj["metadata"]["labels"].get(names.COMPONENT_LABEL) == names.ROUTER_COMPONENT:
+            out[obj["kind"]] = obj
+    return out
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def router_args(serving: Any) -> list[str]:
+    return list(container(router_of(render.render(serving))["Deployment"])["args"])
+
+
+# --- the facts ---------------------------------------------------------------------------------------------------
+
+
+def test_the_packaged_defaults_are_the_ones_disaggregation_md_states() -> None:
+    text, d = reference(), FACTS.defaults
+    assert f"`--host {d['--host']}` and `--port {d['--port']}` are the defaults" in section(text, 7)
+    assert f"`--policy {d['--policy']}` by default" in section(text, 7)
+    assert f"`--prometheus-host` (default **{d['--prometheus-host']}**)" in section(text, 6)
+    assert f"`--prometheus-port` (default {d['--prometheus-port']};" in section(text, 6)
+    assert f"defaults to **{d['--service-discovery-port']}** in the launcher" in section(text, 7)
+
+
+def test_the_packaged_defaults_are_the_ones_the_flags_file_read_from_the_wheel_has() -> None:
+    assert {flag: FACTS.flag(flag).default for flag in FACTS.defaults} == dict(FACTS.defaults)
+
+
+def test_every_router_flag_disaggregation_md_names_is_in_the_packaged_flags() -> None:
+    text = reference()
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", section(text, 6) + section(text, 7)))
+    assert named  # the sections were found
+    assert named - set(FACTS.flags) == set()
+    connectors = re.search(r"`--kv-connector ([a-z|]+)` \(default ([a-z]+)\)", section(text, 7))
+    assert connectors is not None
+    assert FACTS.flag("--kv-connector").choices == tuple(connectors.group(1).split("|"))
+    assert FACTS.flag("--kv-connector").default == connectors.group(2)
+
+
+def test_the_default_policy_and_the_refusal_rest_on_what_the_reference_says() -> None:
+    question = section(reference(), 9)
+    assert "`/v1/chat/completions/render`" in question and "`--enable-scale-out`" in question
+    assert "`power_of_two` polls `/get_load` only for URLs known at start-up" in question
+    assert FACTS.default_policy in FACTS.policies and FACTS.default_policy not in FACTS.refused_policies
+    assert set(FACTS.refused_policies) <= set(FACTS.policies)
+
+
+@installed
+def test_the_installed_wheel_is_the_pinned_version() -> None:
+    assert routerflags.installed_version() == vllm_router.VERSION == FACTS.version
+
+
+@installed
+def test_the_packaged_flags_are_what_the_installed_wheel_defines() -> None:
+    packaged = json.loads((PACKAGED / "cli-flags.json").read_text())["flags"]
+    assert packaged == routerflags.flags(), "refresh it: see tests/support/routerflags.py"
+
+
+# --- the command line --------------------------------------------------------------------------------------------
+
+
+def known_to_the_facts(argv: list[str]) -> list[str]:
+    """What in ``argv`` the packaged facts do not allow: unknown flags, wrong value counts, values off the choices."""
+    wrong, i = [], 0
+    while i < len(argv):
+        spelling = argv[i]
+        if not FACTS.knows(spelling):
+            wrong.append(f"{spelling}: unknown")
+            i += 1
+            continue
+        flag = FACTS.flag(spelling)
+        values = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        expected = {None: 1, "0": 0}.get(flag.nargs)
+        if (expected is not None and len(values) != expected) or (flag.nargs == "+" and not values):
+            wrong.append(f"{spelling}: {len(values)} values")
+        if flag.choices is not None and any(v not in flag.choices for v in values):
+            wrong.append(f"{spelling}: {values} not in {flag.choices}")
+    return wrong
+
+
+@pytest.mark.parametrize("name", sorted(golden_cases.cases()))
+def test_every_rendered_router_flag_is_one_the_pinned_router_accepts(name: str) -> None:
+    serving, placement = golden_cases.cases()[name]
+    deployment = router_of(render.render(serving, placement))["Deployment"]
+    assert container(deployment)["command"] == [FACTS.binary]
+    assert known_to_the_facts(container(deployment)["args"]) == []
+
+
+@installed
+def test_the_installed_router_parses_the_rendered_command_line_as_meant() -> None:
+    serving = sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2))
+    args = routerflags.accepts(router_args(serving))
+
+    assert (args.host, args.port, args.prometheus_host, args.prometheus_port) == ("0.0.0.0", 8000, "0.0.0.0", 29000)
+    assert args.service_discovery and args.service_discovery_namespace == "llm"
+    assert args.service_discovery_port == 8000  # vLLM's --port on the leaders, not the launcher's 80
+    assert args.selector == {
+        names.SERVING_LABEL: "dsv41",
+        names.ROLE_LABEL: "decode",
+        names.LWS_WORKER_INDEX_LABEL: "0",
+    }
+    assert args.policy == FACTS.default_policy and not args.vllm_pd_disaggregation
+
+
+def test_an_explicit_policy_is_rendered() -> None:
+    args = router_args(sb.serving(router={"policy": "consistent_hash"}))
+    assert args[args.index("--policy") + 1] == "consistent_hash"
+
+
+# --- the objects -------------------------------------------------------------------------------------------------
+
+
+def test_every_serving_gets_a_router_named_after_it_in_its_namespace() -> None:
+    manifests = render.render(sb.serving())
+    objects = router_of(manifests)
+
+    assert [o["kind"] for o in manifests if o["kind"] in objects and o in objects.values()] == ROUTER_KINDS
+    assert {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in objects.values()} == {("dsv41-router", "llm")}
+    assert render.endpoint(sb.serving()) == "http://dsv41-router.llm.svc:8000"
+
+
+def test_the_discovery_selector_matches_decode_leaders_and_nothing_else() -> None:
+    serving = sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2))
+    manifests = render.render(serving)
+    args = router_args(serving)
+    start = args.index("--selector") + 1
+    wanted = dict(term.split("=", 1) for term in args[start : args.index("--service-discovery-port")])
+
+    def pods(kind: str, role: str | None = None) -> list[dict[str, str]]:
+        out = []
+        for lws in (m for m in manifests if m["kind"] == kind):
+            if role is None or lws["metadata"]["labels"][names.ROLE_LABEL] == role:
+                template = lws["spec"]["leaderWorkerTemplate"]
+                labels = template["leaderTemplate"]["metadata"]["labels"]
+                out += [{**labels, names.LWS_WORKER_INDEX_LABEL: index} for index in ("0", "1")]
+        return out
+
+    def selected(labels: dict[str, str]) -> bool:
+        return wanted.items() <= labels.items()
+
+    decode = pods("LeaderWorkerSet", "decode")
+    assert [p[names.LWS_WORKER_INDEX_LABEL] for p in decode if selected(p)] == ["0"]
+    assert not [p for p in pods("LeaderWorkerSet", "prefill") if selected(p)]
+    assert not selected(router_of(manifests)["Deployment"]["spec"]["template"]["metadata"]["labels"])
+
+
+def test_the_router_service_selects_the_router_pods_and_no_engine() -> None:
+    manifests = render.render(sb.serving())
+    objects = router_of(manifests)
+    wanted = objects["Service"]["spec"]["selector"]
+    assert wanted.items() <= objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    assert wanted == objects["Deployment"]["spec"]["selector"]["matchLabels"]
+    for lws in (m for m in manifests if m["kind"] == "LeaderWorkerSet"):
+        for template in lws["spec"]["leaderWorkerTemplate"].values():
+            if isinstance(template, dict):
+                assert not wanted.items() <= template["metadata"]["labels"].items()
+
+
+def test_the_router_may_read_pods_in_its_namespace_and_nothing_else() -> None:
+    objects = router_of(render.render(sb.serving()))
+    assert objects["Role"]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert set(FACTS.discovery_pod_verbs) <= set(objects["Role"]["rules"][0]["verbs"])
+    binding = objects["RoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dsv41-router"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dsv41-router", "namespace": "llm"}]
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "dsv41-router"
+    args = container(objects["Deployment"])["args"]
+    assert args[args.index("--service-discovery-namespace") + 1] == "llm"  # never cluster-wide
+
+
+def test_the_router_pod_is_probed_on_the_routers_own_endpoints_and_runs_unprivileged() -> None:
+    deployment = router_of(render.render(sb.serving()))["Deployment"]
+    c = container(deployment)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]} and c["securityContext"]["readOnlyRootFilesystem"]
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+
+
+def test_replicas_image_and_resources_come_from_the_spec_in_the_api_servers_spelling() -> None:
+    serving = sb.serving(
+        router={
+            "replicas": 3,
+            "image": "registry.example/router:1",
+            "resources": {"requests": {"cpu": "2000m", "memory": "1024Mi"}, "limits": {"memory": "3Gi"}},
+        }
+    )
+    deployment = router_of(render.render(serving))["Deployment"]
+    assert deployment["spec"]["replicas"] == 3
+    assert container(deployment)["image"] == "registry.example/router:1"
+    assert container(deployment)["resources"] == {
+        "requests": {"cpu": "2", "memory": "1Gi"},
+        "limits": {"memory": "3Gi"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [("2000m", "2"), ("500m", "500m"), ("1024Mi", "1Gi"), ("1536Mi", "1536Mi"), ("2000", "2k"), ("1Gi", "1Gi")],
+)
+def test_quantities_are_rendered_as_the_api_server_stores_them(given: str, stored: str) -> None:
+    assert router.canonical_quantity(given) == stored
+
+
+def test_a_disabled_router_leaves_only_the_per_role_services() -> None:
+    serving = sb.serving(router={"enabled": False})
+    manifests = render.render(serving)
+    assert router_of(manifests) == {}
+    assert [m["metadata"]["name"] for m in manifests if m["kind"] == "Service"] == ["dsv41-decode"]
+    assert render.endpoint(serving) is None
+
+
+# --- explain and validation --------------------------------------------------------------------------------------
+
+
+def test_explain_gives_the_default_policy_with_the_facts_reason() -> None:
+    lines = render.explain_router(sb.serving())
+    assert f"policy = {FACTS.default_policy}  (nvlfleet's default for vllm-router 0.1.17: " in lines[1]
+    assert FACTS.default_policy_reason in lines[1]
+    assert lines[0].startswith("endpoint = http://dsv41-router.llm.svc:8000")
+    assert render.explain_router(sb.serving(router={"policy": "random"}))[1] == "policy = random  (spec.router.policy)"
+
+
+def test_explain_says_prefill_is_not_routed_to_yet() -> None:
+    lines = render.explain_router(sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2)))
+    assert any("prefill is not routed to yet" in line for line in lines)
+
+
+def errors_of(**router_spec: Any) -> dict[str, str]:
+    return {p.path: p.message for p in validation.validate(sb.serving_dict(router=router_spec))}
+
+
+def test_a_policy_the_router_does_not_have_is_refused_with_its_choices() -> None:
+    message = errors_of(policy="fastest")["spec.router.policy"]
+    assert "vllm-router 0.1.17 has no routing policy 'fastest'" in message and "round_robin" in message
+
+
+def test_a_policy_the_facts_rule_out_under_kubernetes_discovery_is_refused_with_the_reason() -> None:
+    message = errors_of(policy="power_of_two")["spec.router.policy"]
+    assert message.startswith("power_of_two cannot work behind Kubernetes service discovery")
+    assert FACTS.refused_policies["power_of_two"] in message
+
+
+def test_a_limit_below_the_request_is_refused_at_the_limit() -> None:
+    found = errors_of(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}})
+    assert found == {
+        "spec.router.resources.limits.cpu": "the limit 1500m is below the request 2 (Kubernetes refuses such a pod)"
+    }
+
+
+def test_a_valid_router_spec_is_accepted() -> None:
+    assert errors_of(policy="cache_aware", replicas=2, resources={"limits": {"cpu": "4", "memory": "2Gi"}}) == {}
+
+
+def test_router_fields_are_checked_at_the_field() -> None:
+    assert "spec.router.replicas" in errors_of(replicas=0)
+    assert "spec.router.resources.requests.cpu" in errors_of(resources={"requests": {"cpu": "0.5"}})
+    assert "spec.router.typo" in errors_of(typo=True)
