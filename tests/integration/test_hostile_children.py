@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -148,6 +149,9 @@ def test_a_refused_child_is_a_ready_false_condition_naming_it_and_leaves_no_comp
     assert "LeaderWorkerSet refused-decode-" in ready["message"] and "exceeded quota" in ready["message"]
     assert not cluster.is_("refused", "Progressing")
     wait_for(lambda: cluster.children("refused")["ComputeDomain"] == [], 30, "no ComputeDomain without its LWS")
+    time.sleep(15)  # retried every 10 s meanwhile: the same refusal is announced once
+    refusals = [m for t, r, m in cluster.events("refused") if (t, r) == ("Warning", "ApplyRefused")]
+    assert len(refusals) == 1 and "exceeded quota" in refusals[0]
 
     core.delete_namespaced_resource_quota("no-lws", namespace)
     wait_for(lambda: cluster.ready("refused"), 180, "Ready once the quota is gone")

@@ -353,30 +353,3 @@ def test_the_status_carries_measured_tokens_per_second_and_revenue_per_gpu_hour(
     assert status["revenuePerHour"] == pytest.approx(revenue_per_hour, rel=0.05)
     assert status["revenuePerGpuHour"] == pytest.approx(status["revenuePerHour"] / gpus, rel=0.001)
     assert status["currency"] == "USD" and status["metricsTime"]
-
-
-def test_a_write_the_api_server_refuses_is_an_event_on_the_serving_and_is_retried(
-    cluster: Cluster,
-    gb200_fleet: Callable[..., Any],
-    start_operator: Callable[..., Any],
-    wait_for: Wait,
-    api_client: client.ApiClient,
-    namespace: str,
-) -> None:
-    fleet = gb200_fleet(racks=1)
-    core = client.CoreV1Api(api_client)
-    quota = {"metadata": {"name": "no-lws"}, "spec": {"hard": {"count/leaderworkersets.leaderworkerset.x-k8s.io": "0"}}}
-    core.create_namespaced_resource_quota(namespace, quota)
-    start_operator()
-    cluster.create(serving("refused", fleet, groups=1))
-
-    def refusal() -> list[str]:
-        return [m for t, r, m in cluster.events("refused") if (t, r) == ("Warning", "ApplyRefused")]
-
-    messages = wait_for(refusal, 60, "a Warning event saying the API server refused the LeaderWorkerSet")
-    assert "exceeded quota" in messages[0]
-    time.sleep(15)  # retried every 10 s meanwhile: the same refusal is not announced again
-    assert len(refusal()) == 1
-
-    core.delete_namespaced_resource_quota("no-lws", namespace)
-    wait_for(lambda: cluster.ready("refused"), 120, "Ready once the quota is gone")
