@@ -272,7 +272,7 @@ FORBIDDEN = [
     ("create", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace=default"),
     ("delete", "pods", "--namespace={watched}"),
     ("create", "clusterrolebindings", ""),
-    ("create", "rolebindings", "--namespace={watched}"),
+    ("create", "rolebindings", "--namespace=default"),  # only where it reconciles (the routers' RoleBindings)
     ("patch", "validatingwebhookconfigurations", ""),
     ("create", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
     ("delete", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
@@ -292,6 +292,10 @@ ALLOWED = [
     ("delete", "computedomains.resource.nvidia.com", "--namespace={watched}"),
     ("create", "events", "--namespace={watched}"),
     ("list", "events", "--namespace={watched}"),
+    # Each serving's router gets a ServiceAccount with a Role to discover its engines (core/router.py).
+    ("create", "roles", "--namespace={watched}"),
+    ("create", "rolebindings", "--namespace={watched}"),
+    ("create", "deployments.apps", "--namespace={watched}"),
     ("watch", "nodes", ""),
     ("update", "leases.coordination.k8s.io/{lease}", "--namespace={release}"),
 ]
