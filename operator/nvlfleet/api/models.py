@@ -1,7 +1,8 @@
 """The DeepSeekServing API (group ``nvlfleet.io``, version ``v1alpha1``) as typed pydantic models: the spec.
 
 This module and its neighbours are the single source of the API (``kubetypes``: the Kubernetes types the spec
-embeds; ``router``: ``spec.router``, the front door; ``servingstatus``: the status; ``schema``: the base type and
+embeds; ``router``: ``spec.router``, the front door; ``disaggregation``: ``spec.disaggregation``, the KV path
+from prefill to decode; ``servingstatus``: the status; ``schema``: the base type and
 CEL rules; ``names``: the group, version and kind): the CRD in ``crds/`` is generated from it
 (``nvlfleet.api.crd``), the validator and the renderer read it, and the operator parses every object it sees
 with it. It sits at the very start of the data flow (spec → validate → plan → render → apply → status) and is
@@ -21,6 +22,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import alias_generators
 
+from nvlfleet.api import disaggregation as disaggregation_api
 from nvlfleet.api import kubetypes, names, schema, servingstatus
 from nvlfleet.api import router as router_api
 from nvlfleet.facts import hardware
@@ -565,6 +567,10 @@ class DeepSeekServingSpec(schema.Model):
     router: Annotated[
         router_api.RouterSpec, pydantic.Field(description="The OpenAI endpoint: vllm-router in front of the engines.")
     ] = pydantic.Field(default_factory=router_api.RouterSpec)
+    disaggregation: Annotated[
+        disaggregation_api.DisaggregationSpec | None,
+        pydantic.Field(description="The KV connector of a serving with a prefill role; the facts' defaults if unset."),
+    ] = None
 
     def roles_present(self) -> list[tuple[RoleName, RoleSpec]]:
         """The roles this serving runs, prefill first (it feeds decode)."""
