@@ -29,7 +29,7 @@ class RoleTransfer(schema.Model):
         str | None,
         pydantic.Field(
             description="kv_role of --kv-transfer-config; unset: kv_producer on prefill, kv_consumer on decode.",
-            pattern=r"^[a-z_]+$",
+            pattern=r"^[a-z0-9_]+$",
             max_length=32,
         ),
     ] = None
@@ -52,7 +52,7 @@ class DisaggregationSpec(schema.Model):
         pydantic.Field(
             description=f"What decode does when a KV load fails: {' or '.join(_KV.load_failure_policies)} "
             f"(default {_KV.default_load_failure_policy}: the request ends with an error).",
-            pattern=r"^[a-z_]+$",
+            pattern=r"^[a-z0-9_]+$",
             max_length=32,
         ),
     ] = _KV.default_load_failure_policy
@@ -60,7 +60,7 @@ class DisaggregationSpec(schema.Model):
         str | None,
         pydantic.Field(
             description="kv_buffer_device of --kv-transfer-config (cuda or cpu); unset: the GPU (cuda).",
-            pattern=r"^[a-z]+$",
+            pattern=r"^[a-z0-9_]+$",
             max_length=16,
         ),
     ] = None

@@ -32,6 +32,7 @@ PATTERN_MEANINGS: Mapping[str, str] = {
     r"^[0-9]+\.[0-9]+\.[0-9]+$": "a version MAJOR.MINOR.PATCH such as 0.33.0",
     r"^[A-Z0-9_]+$": "an upper-case backend name such as FLASHMLA_SPARSE_DSV41",
     r"^[a-z0-9_]+$": "a lower-case name such as flashinfer_nvlink_one_sided",
+    r"^[A-Za-z0-9_]*$": "a KV connector class name such as NixlConnector (letters, digits and '_'), or empty",
     r"^[A-Z]{3}$": "an ISO 4217 currency code such as USD",
     r"^/": "an absolute path (starting with /)",
     r"^[^/]": "a relative path (not starting with /)",
