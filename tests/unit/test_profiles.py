@@ -82,10 +82,13 @@ def test_every_setting_has_a_reason_citing_its_source() -> None:
     assert "README" in t.reasons["all2all_backend"].why
 
 
-def test_prefill_engines_do_not_speculate_and_take_bigger_chunks() -> None:
-    t = tuning(PREFILL, prefill=sb.role(tensor=1, nodes=1))
+def test_prefill_engines_speculate_as_decode_does_and_take_bigger_chunks() -> None:
+    # NIXL hashes the speculative config into the handshake (disaggregation.md §5): both sides must run it.
+    prefill = tuning(PREFILL, prefill=sb.role(tensor=1, nodes=1))
+    decode = tuning(prefill=sb.role(tensor=1, nodes=1))
 
-    assert t.speculative is None
+    assert prefill.speculative == decode.speculative is not None
+    t = prefill
     assert t.cuda_graph.capture_sizes is None
     assert t.max_num_batched_tokens == 16384
 

@@ -25,7 +25,7 @@ import yaml
 
 from nvlfleet.api import models, names, problems
 from nvlfleet.commands import inputs
-from nvlfleet.core import inventory, planner, profiles, render, validation
+from nvlfleet.core import disaggregation, inventory, planner, profiles, render, validation
 
 
 class BadInput(Exception):
@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
             for role, _spec in serving.spec.roles_present():
                 print(f"# {serving.metadata.name} {role.value}", file=sys.stderr)
                 for line in profiles.explain(profiles.effective(serving.spec, role)):
+                    print(f"#   {line}", file=sys.stderr)
+                for line in disaggregation.explain(serving.spec, role):
                     print(f"#   {line}", file=sys.stderr)
             print(f"# {serving.metadata.name} router", file=sys.stderr)
             for line in render.explain_router(serving):

@@ -38,7 +38,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from nvlfleet.api import models
-from nvlfleet.core import profiles
+from nvlfleet.core import disaggregation, profiles
 from nvlfleet.facts import facts
 
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # injected by LeaderWorkerSet, expanded by the kubelet (no shell)
@@ -65,7 +65,7 @@ def engine_options(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> 
     A profile flag that extraArgs set again is left out: the extraArgs carry the value that wins, and a flag
     given twice would make the argv say two things (``profiles.Tuning.overridden_flags``).
     """
-    options = [*_layout_options(serving, tuning), *_engine_settings(tuning)]
+    options = [*_layout_options(serving, tuning), *_engine_settings(tuning), *_kv_transfer(serving, tuning)]
     return [(flag, values) for flag, values in options if flag not in tuning.overridden_flags]
 
 
@@ -170,6 +170,12 @@ def _engine_settings(tuning: profiles.Tuning) -> Options:
         if tuning.enable_auto_tool_choice:
             add("enable_auto_tool_choice")
     return opts
+
+
+def _kv_transfer(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Options:
+    """The KV connector of a disaggregated serving's role (``nvlfleet.core.disaggregation``)."""
+    value = disaggregation.options(serving.spec, tuning.role)
+    return [(tuning.dialect.flag(disaggregation.KV_TRANSFER_SETTING), value)] if value else []
 
 
 def _flatten(opts: Sequence[tuple[str, list[str]]]) -> list[str]:

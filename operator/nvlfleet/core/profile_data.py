@@ -31,7 +31,7 @@ _PROFILES_DIR = "data/profiles"
 # What a rule's ``when`` may test. ``expert`` is itself decided by rules (``expert_parallel``), so a rule that sets
 # ``expert_parallel`` must not test it (the loader enforces this).
 CONTEXT_KEYS: frozenset[str] = frozenset(
-    {"gpu", "goal", "role", "multi_node", "data_parallel", "tensor", "expert", "fabric"}
+    {"gpu", "goal", "role", "multi_node", "data_parallel", "tensor", "expert", "fabric", "kv_transfer"}
 )
 
 

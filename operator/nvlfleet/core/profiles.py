@@ -342,6 +342,7 @@ def _context(
         "data_parallel": topology.data > 1,
         "tensor": topology.tensor,
         "fabric": fabric,
+        "kv_transfer": spec.roles.prefill is not None,  # disaggregated: every engine runs a KV connector
     }
 
 

@@ -91,7 +91,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nvlfleet.api import models, names, problems
-from nvlfleet.core import commandline, profiles, router
+from nvlfleet.core import commandline, disaggregation, profiles, router
 from nvlfleet.facts import hardware
 
 Placement = Mapping[str, Mapping[str, int]]  # {role: {domain value: groups}}, the shape of status.placement
@@ -215,6 +215,7 @@ def _env(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> list[dict[
     ref = spec.model.hf_token_secret_ref
     if ref is not None:
         env["HF_TOKEN"] = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+    env.update({item["name"]: item for item in disaggregation.env(spec)})  # the NIXL side channel, leaders and workers
     out = list(env.values())
     for extra in spec.extra_env:  # the escape hatch wins over nvlfleet's own value, in place
         item: dict[str, Any] = {"name": extra.name}
