@@ -9,8 +9,9 @@ field, or a capacity condition for what needs cluster facts) while creating noth
 Examples:
 
 - hand-written nasty ones (huge numbers, unicode, 63/64-character names, negative and zero sizes, conflicting
-  kernel settings, malformed price windows, extraArgs smuggling shell metacharacters), each with the outcome it
-  must have (refused at a field / a condition naming a field / accepted and run);
+  kernel settings, malformed price windows, extraArgs smuggling shell metacharacters, prefill/decode servings the
+  P/D facts rule out), each with the outcome it must have (refused at a field / a condition naming a field /
+  accepted and run);
 - generated ones (tests/support/badinput.py): a constraint of the CRD schema broken at a random field (sent with
   ``fieldValidation=Strict``, as kubectl sends it), and GB200 decode shapes, which the API server must refuse
   exactly when they break the GB200 NVL72 rules.
@@ -116,6 +117,8 @@ NASTY: list[tuple[str, dict[str, Any], str, str]] = [
     ("name of 63", {"metadata": {"name": "n" * 63}}, "runs", ""),
     ("shell metacharacters as a value", {"extraArgs": ["--root-path", SHELLISH]}, "runs", ""),
     ("zero groups", decode(groups=0), "runs", ""),
+    # Prefill/decode servings the P/D facts rule out (badinput.PD_REFUSALS): only validation sees them.
+    *((f"P/D: {case}", changes, "InvalidSpec", field) for case, changes, field, _ in badinput.PD_REFUSALS),
 ]  # fmt: skip
 
 

@@ -224,3 +224,87 @@ def assert_no_shell(command: list[str]) -> None:
         at = command.index("-c")
         assert at == 1 and os.path.basename(command[0]).startswith("python"), command[:3]
         assert command[2] == commandline.WORKER_LAUNCHER
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prefill/decode servings nvlfleet must refuse, each for one reason of the P/D facts (disaggregation.md), as spec
+# changes to a GB200 serving with decode groups of 2 trays: (case, changes, field refused, words of the reason).
+# Used by tests/unit/test_disaggregation.py (validation and the webhook handler) and test_bad_input.py (the API
+# server with a running operator).
+
+PREFILL = {"groups": 1, "parallelism": {"tensor": 1, "nodesPerGroup": 2}}
+_PD = {"roles": {"prefill": PREFILL}}
+_NIXL = "NixlConnector"
+
+
+def _pd(**spec: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(_PD), **spec}
+
+
+def _latency_gb300() -> dict[str, Any]:
+    """GB300 latency: the profile gives decode (TP4, one tray) FlashInfer sparse MLA and FP8 KV, not prefill (DP8)."""
+    return {
+        "gpu": "GB300",
+        "goal": "latency",
+        "roles": {"prefill": PREFILL, "decode": {"groups": 1, "parallelism": {"tensor": 4, "nodesPerGroup": 1}}},
+    }
+
+
+PD_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
+    ("connector without a prefill role", {"disaggregation": {"kvConnector": _NIXL}}, "spec.disaggregation",
+     "a KV connector without a prefill role"),
+    ("prefill role without a connector", _pd(disaggregation={"kvConnector": ""}), "spec.disaggregation.kvConnector",
+     "a prefill role needs a KV connector"),
+    ("unregistered connector", _pd(disaggregation={"kvConnector": "NixlConector"}), "spec.disaggregation.kvConnector",
+     "registers no KV connector 'NixlConector'"),
+    ("connector the router cannot route", _pd(disaggregation={"kvConnector": "LMCacheConnectorV1"}),
+     "spec.disaggregation.kvConnector", "vllm-router runs P/D only for the connectors"),
+    ("unknown kv_role", _pd(disaggregation={"decode": {"kvRole": "kv_reader"}}), "spec.disaggregation.decode.kvRole",
+     "has no kv_role 'kv_reader'"),
+    ("prefill as consumer", _pd(disaggregation={"prefill": {"kvRole": "kv_consumer"}}),
+     "spec.disaggregation.prefill.kvRole", "kv_role kv_consumer contradicts the prefill role"),
+    ("decode as producer", _pd(disaggregation={"decode": {"kvRole": "kv_producer"}}),
+     "spec.disaggregation.decode.kvRole", "kv_role kv_producer contradicts the decode role"),
+    ("unknown load failure policy", _pd(disaggregation={"kvLoadFailurePolicy": "retry"}),
+     "spec.disaggregation.kvLoadFailurePolicy", "no kv_load_failure_policy 'retry'"),
+    ("unknown KV buffer device", _pd(disaggregation={"kvBufferDevice": "disk"}), "spec.disaggregation.kvBufferDevice",
+     "NIXL on CUDA accepts kv_buffer_device cuda or cpu"),
+    ("side channel over the API port", _pd(disaggregation={"sideChannelPort": 7995}),
+     "spec.disaggregation.sideChannelPort", "which include vLLM's API port 8000"),
+    ("side channel above 65535", _pd(disaggregation={"sideChannelPort": 65530}), "spec.disaggregation.sideChannelPort",
+     "above 65535"),
+    ("raw kv-transfer-config on a P/D serving",
+     _pd(extraArgs=["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']),
+     "spec.extraArgs[0]", "nvlfleet renders --kv-transfer-config from spec.disaggregation"),
+    ("KV offloading on a P/D serving", _pd(extraArgs=["--kv-offloading-size", "64"]), "spec.extraArgs[0]",
+     "silently replacing NixlConnector"),
+    ("unknown kv-transfer-config key", {"extraArgs": ["--kv-transfer-config", '{"kv_conector":"NixlConnector"}']},
+     "spec.extraArgs[0]", "no key 'kv_conector' in --kv-transfer-config"),
+    ("raw unregistered connector",
+     {"extraArgs": ["--kv-transfer-config", '{"kv_connector":"FooConnector","kv_role":"kv_both"}']},
+     "spec.extraArgs[0]", "registers no KV connector 'FooConnector'"),
+    ("raw connector without kv_role", {"extraArgs": ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}']},
+     "spec.extraArgs[0]", "kv_connector without kv_role"),
+    ("V4.1 PCP with KV transfer", _pd(extraArgs=["--prefill-context-parallel-size", "2"]), "spec.extraArgs[0]",
+     "DeepSeek V4.1 cannot run prefill context parallelism above 1 with KV transfer"),
+    ("NIXL consumer with PCP", _pd(extraArgs=["--prefill-context-parallel-size", "2"]), "spec.extraArgs[0]",
+     "a NIXL kv_consumer cannot run prefill context parallelism"),
+    ("V4.1 PP with NIXL", _pd(extraArgs=["--pipeline-parallel-size", "2"]), "spec.extraArgs[0]",
+     "DeepSeek V4.1 with NixlConnector needs pipeline-parallel size 1"),
+    ("V4.1 CPU KV buffer", _pd(disaggregation={"kvBufferDevice": "cpu"}), "spec.disaggregation.kvBufferDevice",
+     "NIXL host staging does not preserve CSA-linear shared tensors"),
+    ("V4.1 raw CPU KV buffer", {"extraArgs": [
+        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cpu"}']},
+     "spec.extraArgs[0]", "NIXL host staging does not preserve CSA-linear shared tensors"),
+    ("routed experts with NIXL", _pd(extraArgs=["--enable-return-routed-experts"]), "spec.extraArgs[0]",
+     "--enable-return-routed-experts cannot run with NixlConnector"),
+    ("V4.1 latency-specialized decode with KV transfer",
+     {**_latency_gb300(), "extraArgs": ["--additional-config", '{"decode_backend":"latency_specialized"}']},
+     "spec.extraArgs[0]", "decode_backend latency_specialized cannot run with KV transfer"),
+    ("prefill and decode attention backends differ", _latency_gb300(), "spec.kernels.attentionBackend",
+     "prefill and decode disagree on the attention backend (prefill auto, decode FLASHINFER_MLA_SPARSE_DSV41)"),
+    ("prefill and decode KV-cache dtypes differ", _latency_gb300(), "spec.kernels.kvCacheDtype",
+     "prefill and decode disagree on the KV-cache dtype (prefill auto, decode fp8)"),
+    ("side channel host in extraEnv", _pd(extraEnv=[{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "0.0.0.0"}]),
+     "spec.extraEnv[0].name", "nvlfleet sets it to each pod's own IP"),
+]  # fmt: skip

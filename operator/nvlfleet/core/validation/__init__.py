@@ -33,7 +33,8 @@ Decisions worth knowing:
 
 This package is that API; its modules are the checks, in the order ``review_serving`` runs them: ``parsing``
 (pydantic errors as Problems), ``shape`` (the CEL rules repeated, topology), ``pod``, ``router`` (the front door's
-policy and resources), ``family``, ``escapes`` (extraArgs and extraEnv) and ``rules`` (the effective settings
+policy and resources), ``family``, ``escapes`` (extraArgs and extraEnv), ``disaggregation`` (the KV connector of a
+prefill/decode serving) and ``rules`` (the effective settings
 against the pinned vLLM's rules); ``findings`` holds what they report into.
 """
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 from nvlfleet.api import models, policy, problems
 from nvlfleet.core import economics, privileges, render
-from nvlfleet.core.validation import escapes, family, findings, pod, router, rules, shape
+from nvlfleet.core.validation import disaggregation, escapes, family, findings, pod, router, rules, shape
 from nvlfleet.core.validation.findings import Review
 from nvlfleet.core.validation.parsing import PATTERN_MEANINGS, parse
 from nvlfleet.facts import facts
@@ -105,6 +106,8 @@ def review_serving(serving: models.DeepSeekServing, allowed: policy.Policy = pol
     family.check_family(spec, version_facts, out)
     args = escapes.check_extra_args(spec, version_facts, out)
     env = escapes.check_extra_env(spec, version_facts, out)
+    disaggregation.check_disaggregation(spec, version_facts, args, out)
     if topology_ok:
         rules.check_effective(spec, version_facts, args, env, out)
+        disaggregation.check_both_sides_agree(spec, version_facts, out)
     return Review(serving=serving, errors=tuple(out.errors), warnings=tuple(out.warnings))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from nvlfleet.api import kubetypes, models, problems
 from nvlfleet.core import settings
 from nvlfleet.core.validation import findings
-from nvlfleet.facts import facts
+from nvlfleet.facts import disaggregation, facts
 
 # Flags nvlfleet writes itself, by argparse dest (so -tp, --tensor-parallel-size and --no-x forms all count),
 # with what to do instead. "<role>" is left for the reader: the field exists per role. The flags of the tuning
@@ -57,6 +57,10 @@ OWNED_FLAGS: Mapping[str, str] = {
 OWNED_ENV: Mapping[str, str] = {
     name: "nvlfleet wires data parallelism through flags (spec.roles.<role>.parallelism)"
     for name in ("VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL", "VLLM_DP_SIZE", "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT")
+} | {
+    # The NIXL side channel: every P/D pod gets its own IP and spec.disaggregation.sideChannelPort.
+    disaggregation.load(facts.DEFAULT_VERSION).side_channel_host_env: "nvlfleet sets it to each pod's own IP",
+    disaggregation.load(facts.DEFAULT_VERSION).side_channel_port_env: "use spec.disaggregation.sideChannelPort",
 }
 
 # The Kubernetes EnvVarSource kinds and the keys each needs.

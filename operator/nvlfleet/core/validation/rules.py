@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from nvlfleet.api import models, problems
 from nvlfleet.core import profile_data, profiles, settings
-from nvlfleet.core.validation import findings
+from nvlfleet.core.validation import disaggregation, findings
 from nvlfleet.facts import facts, hardware
 
 _CONTEXT_SETTINGS = frozenset({"family", "gpu", "computeCapability", "multiNodeNvlink"})
@@ -72,6 +72,8 @@ def _settings(
         "indexerSparseLogits": _config_setting(tuning, "attention_config", "indexer_sparse_logits"),
         "ubatchSize": _Setting(None, None),
     }
+    for key, kv_value, kv_path in disaggregation.rule_settings(spec, role, args):
+        out[key] = _Setting(kv_value, kv_path)
     for name, value in tuning.env:
         out[f"env.{name}"] = _Setting(value, None)
     for name, (value, path) in env.items():
