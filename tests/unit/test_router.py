@@ -136,20 +136,32 @@ def test_every_rendered_router_flag_is_one_the_pinned_router_accepts(name: str) 
     assert known_to_the_facts(container(deployment)["args"]) == []
 
 
+PD = {"prefill": sb.role(groups=1, tensor=1, nodes=2)}
+
+
+def leaders_of(role: str) -> dict[str, str]:
+    return {names.SERVING_LABEL: "dsv41", names.ROLE_LABEL: role, names.LWS_WORKER_INDEX_LABEL: "0"}
+
+
 @installed
 def test_the_installed_router_parses_the_rendered_command_line_as_meant() -> None:
-    serving = sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2))
-    args = routerflags.accepts(router_args(serving))
+    args = routerflags.accepts(router_args(sb.serving()))
 
     assert (args.host, args.port, args.prometheus_host, args.prometheus_port) == ("0.0.0.0", 8000, "0.0.0.0", 29000)
     assert args.service_discovery and args.service_discovery_namespace == "llm"
     assert args.service_discovery_port == 8000  # vLLM's --port on the leaders, not the launcher's 80
-    assert args.selector == {
-        names.SERVING_LABEL: "dsv41",
-        names.ROLE_LABEL: "decode",
-        names.LWS_WORKER_INDEX_LABEL: "0",
-    }
+    assert args.selector == leaders_of("decode")
     assert args.policy == FACTS.default_policy and not args.vllm_pd_disaggregation
+
+
+@installed
+def test_the_installed_router_reads_p_d_mode_over_the_leaders_of_both_roles() -> None:
+    args = routerflags.accepts(router_args(sb.serving(**PD)))
+
+    assert args.vllm_pd_disaggregation and args.kv_connector == "nixl"
+    assert args.prefill_selector == leaders_of("prefill") and args.decode_selector == leaders_of("decode")
+    assert args.service_discovery and args.service_discovery_namespace == "llm" and args.service_discovery_port == 8000
+    assert args.host == "0.0.0.0" and args.prometheus_host == "0.0.0.0"
 
 
 def test_an_explicit_policy_is_rendered() -> None:
@@ -169,29 +181,53 @@ def test_every_serving_gets_a_router_named_after_it_in_its_namespace() -> None:
     assert render.endpoint(sb.serving()) == "http://dsv41-router.llm.svc:8000"
 
 
-def test_the_discovery_selector_matches_decode_leaders_and_nothing_else() -> None:
-    serving = sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2))
-    manifests = render.render(serving)
-    args = router_args(serving)
-    start = args.index("--selector") + 1
-    wanted = dict(term.split("=", 1) for term in args[start : args.index("--service-discovery-port")])
+def selector_after(args: list[str], flag: str) -> dict[str, str]:
+    start = args.index(flag) + 1
+    end = next(i for i in range(start, len(args)) if args[i].startswith("--"))
+    return dict(term.split("=", 1) for term in args[start:end])
 
-    def pods(kind: str, role: str | None = None) -> list[dict[str, str]]:
-        out = []
-        for lws in (m for m in manifests if m["kind"] == kind):
-            if role is None or lws["metadata"]["labels"][names.ROLE_LABEL] == role:
-                template = lws["spec"]["leaderWorkerTemplate"]
-                labels = template["leaderTemplate"]["metadata"]["labels"]
-                out += [{**labels, names.LWS_WORKER_INDEX_LABEL: index} for index in ("0", "1")]
-        return out
 
-    def selected(labels: dict[str, str]) -> bool:
-        return wanted.items() <= labels.items()
+def engine_pods(manifests: list[dict[str, Any]], role: str) -> list[dict[str, str]]:
+    """Labels of a leader (index 0) and a worker (index 1) of each LeaderWorkerSet of ``role``."""
+    out = []
+    for lws in (m for m in manifests if m["kind"] == "LeaderWorkerSet"):
+        if lws["metadata"]["labels"][names.ROLE_LABEL] == role:
+            labels = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+            out += [{**labels, names.LWS_WORKER_INDEX_LABEL: index} for index in ("0", "1")]
+    return out
 
-    decode = pods("LeaderWorkerSet", "decode")
-    assert [p[names.LWS_WORKER_INDEX_LABEL] for p in decode if selected(p)] == ["0"]
-    assert not [p for p in pods("LeaderWorkerSet", "prefill") if selected(p)]
-    assert not selected(router_of(manifests)["Deployment"]["spec"]["template"]["metadata"]["labels"])
+
+def picked(wanted: dict[str, str], pods: list[dict[str, str]]) -> list[str]:
+    return [p[names.LWS_WORKER_INDEX_LABEL] for p in pods if wanted.items() <= p.items()]
+
+
+def test_without_prefill_discovery_matches_the_decode_leaders_and_nothing_else() -> None:
+    manifests = render.render(sb.serving(nodes=2))
+    wanted = selector_after(router_args(sb.serving(nodes=2)), "--selector")
+
+    assert picked(wanted, engine_pods(manifests, "decode")) == ["0"]
+    assert not picked(wanted, [router_of(manifests)["Deployment"]["spec"]["template"]["metadata"]["labels"]])
+
+
+def test_p_d_discovery_matches_each_roles_leaders_and_nothing_else() -> None:
+    serving = sb.serving(**PD)
+    manifests, args = render.render(serving), router_args(serving)
+    prefill, decode = selector_after(args, "--prefill-selector"), selector_after(args, "--decode-selector")
+
+    assert "--vllm-pd-disaggregation" in args and "--selector" not in args
+    assert picked(prefill, engine_pods(manifests, "prefill")) == ["0"] and not picked(
+        prefill, engine_pods(manifests, "decode")
+    )
+    assert picked(decode, engine_pods(manifests, "decode")) == ["0"] and not picked(
+        decode, engine_pods(manifests, "prefill")
+    )
+    router_pod = router_of(manifests)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert not picked(prefill, [router_pod]) and not picked(decode, [router_pod])
+
+
+def test_the_router_names_the_serving_connector_as_its_own_kv_connector() -> None:
+    args = router_args(sb.serving(**PD, disaggregation={"kvConnector": "NixlPushConnector"}))
+    assert args[args.index("--kv-connector") + 1] == "nixl"
 
 
 def test_the_router_service_selects_the_router_pods_and_no_engine() -> None:
@@ -273,9 +309,10 @@ def test_explain_gives_the_default_policy_with_the_facts_reason() -> None:
     assert render.explain_router(sb.serving(router={"policy": "random"}))[1] == "policy = random  (spec.router.policy)"
 
 
-def test_explain_says_prefill_is_not_routed_to_yet() -> None:
-    lines = render.explain_router(sb.serving(prefill=sb.role(groups=1, tensor=1, nodes=2)))
-    assert any("prefill is not routed to yet" in line for line in lines)
+def test_explain_says_a_p_d_serving_is_routed_in_p_d_mode_over_both_roles() -> None:
+    lines = render.explain_router(sb.serving(**PD))
+    assert any(line.startswith("prefill engines = the prefill group leaders") for line in lines)
+    assert any(line.startswith("mode = --vllm-pd-disaggregation --kv-connector nixl") for line in lines)
 
 
 def errors_of(**router_spec: Any) -> dict[str, str]:

@@ -35,7 +35,8 @@ What one serving becomes
   headless Service named after each LeaderWorkerSet, which is why LeaderWorkerSet names always carry a suffix.
 - Unless ``spec.router.enabled`` is false, **the router** (``nvlfleet.core.router``): a Deployment running
   vllm-router, its ServiceAccount, Role and RoleBinding, and the Service that is the serving's OpenAI endpoint,
-  all named ``<serving>-router``; it discovers the decode group leaders (the per-role Services' selector).
+  all named ``<serving>-router``; it discovers the group leaders (the per-role Services' selectors): the decode
+  leaders, or in P/D mode the prefill and the decode leaders.
 - Optionally **one PodMonitor** ``<serving>`` scraping ``/metrics`` on every leader, carrying the role and
   domain labels into the series.
 
@@ -468,9 +469,9 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
     }
 
 
-def router_engines(serving: models.DeepSeekServing) -> dict[str, str]:
-    """The pods the router sends requests to: the decode group leaders."""
-    return leader_labels(serving, models.RoleName.DECODE)
+def router_engines(serving: models.DeepSeekServing) -> dict[models.RoleName, dict[str, str]]:
+    """The pods the router sends requests to: the group leaders of every role (decode only without prefill)."""
+    return {role: leader_labels(serving, role) for role, _ in serving.spec.roles_present()}
 
 
 def endpoint(serving: models.DeepSeekServing) -> str | None:

@@ -10,13 +10,17 @@ What the router runs (facts: ``shared/reference/vllm-0.33.0/disaggregation.md`` 
 - ``vllm-router`` bound to all interfaces (``--host 0.0.0.0``; it binds loopback by default, which no Service can
   reach) on port 8000, vLLM's own port, so a client talks to the router as it would to one engine.
 - Kubernetes service discovery in the serving's namespace only (``--service-discovery-namespace``: without it the
-  router watches every namespace and needs cluster-wide rights) over the **decode group leaders**: the selector
-  is the serving, the role and ``leaderworkerset.sigs.k8s.io/worker-index=0``, because headless LWS workers serve
-  no HTTP. The engines' port is given (``--service-discovery-port``): the launcher's default is 80.
+  router watches every namespace and needs cluster-wide rights) over **group leaders only**: each selector is the
+  serving, the role and ``leaderworkerset.sigs.k8s.io/worker-index=0``, because headless LWS workers serve no
+  HTTP. The engines' port is given (``--service-discovery-port``, one port for both roles): the launcher's
+  default is 80.
+- Without a prefill role: ``--selector`` over the decode leaders, which compute whole requests.
+- With one (P/D, §7): ``--vllm-pd-disaggregation`` with ``--kv-connector`` (the router's name for the serving's
+  vLLM connector, ``facts.disaggregation``), ``--prefill-selector`` over the prefill leaders and
+  ``--decode-selector`` over the decode leaders: the router sends each request to a prefill engine with
+  ``max_tokens=1`` and then to a decode engine with the prefill's ``kv_transfer_params``.
 - Metrics on ``0.0.0.0:29000`` (the exporter is on by default but binds loopback).
 - The routing policy: ``spec.router.policy``, else the facts' choice (``round_robin``; ``explain`` says why).
-- Not yet: P/D mode (``--vllm-pd-disaggregation`` with prefill and decode selectors) comes with the KV-transfer
-  wiring; until then a serving with a prefill role is routed to its decode engines, which compute whole requests.
 
 Access: the router's own ServiceAccount, bound by a Role in the serving's namespace to ``get``, ``list`` and
 ``watch`` on pods and nothing else. The watcher calls list and watch (§7); ``get`` is granted as the design asks,
@@ -33,9 +37,11 @@ from typing import Any
 
 from nvlfleet.api import models, names
 from nvlfleet.api import router as router_api
+from nvlfleet.core import disaggregation
 from nvlfleet.facts import vllm_router
 
 Manifest = dict[str, Any]
+Engines = Mapping[models.RoleName, Mapping[str, str]]  # the leader labels of each role the router sends to
 
 PORT = 8000  # where the router listens: vLLM's own port, so the endpoint looks like one engine
 METRICS_PORT = 29000  # the router's own default, kept
@@ -59,8 +65,31 @@ def policy(spec: models.DeepSeekServingSpec) -> tuple[str, str]:
     return facts.default_policy, f"nvlfleet's default for vllm-router {facts.version}: {facts.default_policy_reason}"
 
 
-def argv(serving: models.DeepSeekServing, engines: Mapping[str, str], engine_port: int) -> list[str]:
-    """The router's arguments (after the binary): discovery of the pods labelled ``engines`` on ``engine_port``."""
+def _pairs(labels: Mapping[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in labels.items()]
+
+
+def discovery(serving: models.DeepSeekServing, engines: Engines) -> list[str]:
+    """How the router finds its engines: one selector over the decode leaders, or P/D mode over both roles."""
+    decode = engines[models.RoleName.DECODE]
+    prefill = engines.get(models.RoleName.PREFILL)
+    if prefill is None:
+        return ["--selector", *_pairs(decode)]
+    connector = disaggregation.settings(serving.spec).kv_connector
+    routed = disaggregation.facts_of(serving.spec).router_connector(connector) or connector  # validation refuses
+    return [
+        "--vllm-pd-disaggregation",
+        "--kv-connector",
+        routed,
+        "--prefill-selector",
+        *_pairs(prefill),
+        "--decode-selector",
+        *_pairs(decode),
+    ]
+
+
+def argv(serving: models.DeepSeekServing, engines: Engines, engine_port: int) -> list[str]:
+    """The router's arguments (after the binary): discovery of the leaders labelled ``engines`` on ``engine_port``."""
     chosen, _ = policy(serving.spec)
     return [
         "--host",
@@ -72,8 +101,7 @@ def argv(serving: models.DeepSeekServing, engines: Mapping[str, str], engine_por
         "--service-discovery",
         "--service-discovery-namespace",
         serving.metadata.namespace,
-        "--selector",
-        *(f"{key}={value}" for key, value in engines.items()),
+        *discovery(serving, engines),
         "--service-discovery-port",
         str(engine_port),
         "--prometheus-host",
@@ -83,23 +111,27 @@ def argv(serving: models.DeepSeekServing, engines: Mapping[str, str], engine_por
     ]
 
 
-def explain(serving: models.DeepSeekServing, name: str, engines: Mapping[str, str], engine_port: int) -> list[str]:
+def explain(serving: models.DeepSeekServing, name: str, engines: Engines, engine_port: int) -> list[str]:
     """What ``nvlfleet render --explain`` says about the router ``name``."""
     spec = serving.spec
     if not spec.router.enabled:
         return ["disabled (spec.router.enabled: false): only the per-role Services are rendered"]
     chosen, why = policy(spec)
-    selector = ",".join(f"{k}={v}" for k, v in engines.items())
     lines = [
         f"endpoint = {url(name, serving.metadata.namespace)}  (Service {name}, {spec.router.replicas} router pod(s))",
         f"policy = {chosen}  ({why})",
-        f"engines = the decode group leaders ({selector}) in namespace {serving.metadata.namespace}, port "
-        f"{engine_port}  (Kubernetes service discovery; headless workers serve no HTTP)",
     ]
-    if spec.roles.prefill is not None:
+    for role, labels in engines.items():
         lines.append(
-            "prefill is not routed to yet: P/D mode (--vllm-pd-disaggregation) comes with the KV-transfer wiring, "
-            "so requests go to the decode engines, which compute them whole"
+            f"{role.value} engines = the {role.value} group leaders ({','.join(_pairs(labels))}) in namespace "
+            f"{serving.metadata.namespace}, port {engine_port}  (Kubernetes service discovery; headless workers "
+            "serve no HTTP)"
+        )
+    if models.RoleName.PREFILL in engines:
+        routed = discovery(serving, engines)[2]
+        lines.append(
+            f"mode = --vllm-pd-disaggregation --kv-connector {routed}  (the serving has a prefill role; "
+            f"{disaggregation.settings(spec).kv_connector} is the router's {routed}, disaggregation.md §7)"
         )
     return lines
 
@@ -181,7 +213,7 @@ def _probe(path: str, period: int) -> dict[str, Any]:
     }
 
 
-def deployment(serving: models.DeepSeekServing, name: str, engines: Mapping[str, str], engine_port: int) -> Manifest:
+def deployment(serving: models.DeepSeekServing, name: str, engines: Engines, engine_port: int) -> Manifest:
     """The router pods, running as the ServiceAccount ``name``."""
     spec, facts = serving.spec.router, vllm_router.load()
     container: dict[str, Any] = {
@@ -271,9 +303,7 @@ def service(serving: models.DeepSeekServing, name: str) -> Manifest:
     }
 
 
-def manifests(
-    serving: models.DeepSeekServing, name: str, engines: Mapping[str, str], engine_port: int
-) -> list[Manifest]:
+def manifests(serving: models.DeepSeekServing, name: str, engines: Engines, engine_port: int) -> list[Manifest]:
     """The router's children, all named ``name``, in the order they are applied (``names.CHILD_KINDS``)."""
     return [
         service_account(serving, name),
