@@ -173,7 +173,7 @@ def check_both_sides_agree(
             out.error(
                 info.path,
                 f"prefill and decode disagree on the {info.label} (prefill {_word(mine)}, decode {_word(theirs)}); "
-                f"{why}",
+                f"{why}; set it here so both roles run the same",
             )
 
 
