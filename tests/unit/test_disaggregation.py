@@ -111,3 +111,10 @@ def test_the_webhook_refuses_it_naming_the_field(changes: dict[str, Any], field:
     with pytest.raises(kopf.AdmissionError) as refused:
         webhook.admit_serving(kopf.Body(bad(changes)), operation="CREATE")
     assert field in str(refused.value) and words in str(refused.value)
+
+
+def test_choosing_the_hashed_kernels_in_the_spec_makes_both_roles_agree() -> None:
+    # GB300 latency: the profile picks FlashInfer sparse MLA and FP8 KV for the one-tray TP4 decode only.
+    (_, changes, _, _) = next(c for c in badinput.PD_REFUSALS if c[0] == "prefill and decode attention backends differ")
+    agreed = {**changes, "kernels": {"attentionBackend": "FLASHINFER_MLA_SPARSE_DSV41", "kvCacheDtype": "fp8"}}
+    assert validation.validate(bad(agreed)) == []
