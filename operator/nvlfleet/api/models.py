@@ -31,7 +31,6 @@ DEFAULT_MIN_BATCH = 8
 DEFAULT_MAX_BATCH = 256
 
 _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 
 # ---------------------------------------------------------------------------------------------------------------
 # Enumerations
@@ -490,7 +489,7 @@ class PodOverrides(schema.Model):
         str,
         pydantic.Field(
             description="Size of /dev/shm (memory-backed); DP ranks share Engram tables through it.",
-            pattern=_QUANTITY,
+            pattern=schema.UNSIGNED_QUANTITY,
         ),
     ] = "64Gi"
     labels: Annotated[dict[str, str], pydantic.Field(description="Extra pod labels.")] = pydantic.Field(
