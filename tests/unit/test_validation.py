@@ -391,10 +391,28 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "attention backend FLASH_ATTN is not a DeepSeek V4.1 backend",
     ),
     (
-        "removed all-to-all",
+        "removed all-to-all pplx",
         {"kernels": {"all2allBackend": "pplx"}},
         "spec.kernels.all2allBackend",
-        "all-to-all backend pplx no longer exists in vLLM 0.33.0",
+        "all-to-all backend pplx was removed in vLLM 0.17",
+    ),
+    (
+        "removed all-to-all naive",
+        {"kernels": {"all2allBackend": "naive"}},
+        "spec.kernels.all2allBackend",
+        "all-to-all backend naive no longer exists in vLLM 0.33.0",
+    ),
+    (
+        "batched all-to-all on V4.1, which the facts say to avoid",
+        {"kernels": {"all2allBackend": "deepep_low_latency"}},
+        "spec.kernels.all2allBackend",
+        "all-to-all backend deepep_low_latency makes DeepSeek V4.1 lose its fast MXFP4 expert kernels",
+    ),
+    (
+        "NIXL-EP on V4.1, which the facts say to avoid",
+        {"kernels": {"all2allBackend": "nixl_ep"}},
+        "spec.kernels.all2allBackend",
+        "facts say to avoid it for V4.1",
     ),
     (
         "unknown all-to-all",
@@ -793,10 +811,12 @@ def test_a_rule_every_role_breaks_is_said_once_without_a_role() -> None:
     ]
 
 
-def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release() -> None:
-    """The facts say pplx is gone by vLLM 0.33.0, not that 0.33.0 removed it."""
-    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": "pplx"})) if p == "spec.kernels.all2allBackend"]
-    assert "removed from vLLM 0.33.0" not in message and "removed in" not in message
+@pytest.mark.parametrize("backend", ["pplx", "naive"])
+def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release(backend: str) -> None:
+    """pplx went in vLLM 0.17 (vllm-project/vllm#33724); the facts say naive is gone by 0.33.0, not when."""
+    path = "spec.kernels.all2allBackend"
+    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": backend})) if p == path]
+    assert "removed in vLLM 0.33.0" not in message and "removed from vLLM 0.33.0" not in message
 
 
 def test_a_rule_one_role_breaks_names_the_role() -> None:
@@ -808,12 +828,6 @@ def test_a_rule_one_role_breaks_names_the_role() -> None:
 # --- warnings: accepted, but said ----------------------------------------------------------------------------------
 
 WARNED: list[tuple[str, dict[str, Any], str, str]] = [
-    (
-        "batched all-to-all on V4.1",
-        {"kernels": {"all2allBackend": "deepep_low_latency"}},
-        "spec.kernels.all2allBackend",
-        "all-to-all backend deepep_low_latency makes DeepSeek V4.1 lose its fast MXFP4 expert kernels",
-    ),
     (
         "deprecated all-to-all alias",
         {"kernels": {"all2allBackend": "flashinfer_all2allv"}},
