@@ -533,14 +533,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "owned alias",
         {"extraArgs": ["--enforce-eager", "-tp", "4"]},
         "spec.extraArgs[1]",
-        "-tp is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+        "-tp is managed by nvlfleet; use spec.roles.<role>.parallelism.tensor",
     ),
-    ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is set by nvlfleet"),
+    ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is managed by nvlfleet"),
     (
         "owned underscore spelling",
         {"extraArgs": ["--tensor_parallel_size", "4"]},
         "spec.extraArgs[0]",
-        "--tensor_parallel_size is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+        "--tensor_parallel_size is managed by nvlfleet; use spec.roles.<role>.parallelism.tensor",
     ),
     (
         "twice in two spellings",
@@ -653,7 +653,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "owned env var",
         {"extraEnv": [{"name": "VLLM_DP_SIZE", "value": "8"}]},
         "spec.extraEnv[0].name",
-        "VLLM_DP_SIZE is set by nvlfleet",
+        "VLLM_DP_SIZE is managed by nvlfleet",
     ),
     (
         "literal HF token",
@@ -928,7 +928,15 @@ def test_every_owned_flag_exists_in_the_pinned_vllm() -> None:
     from nvlfleet.facts import facts
 
     dests = {flag.dest for flag in facts.load().flags.values()}
-    assert set(escapes.OWNED_FLAGS) <= dests, set(escapes.OWNED_FLAGS) - dests
+    assert set(escapes.OWNED_FLAGS) | set(escapes.SECRET_FLAGS) <= dests, set(escapes.OWNED_FLAGS) - dests
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--hf-token"])
+def test_a_secret_flag_is_refused_as_a_secret_not_as_a_flag_nvlfleet_sets(flag: str) -> None:
+    (message,) = [m for p, m in errors(spec(extraArgs=[flag, "abc"])) if p == "spec.extraArgs[0]"]
+
+    assert message.startswith(f"{flag} would put a secret in the pod's arguments; ")
+    assert "nvlfleet" not in message.split(";")[0]
 
 
 # --- robustness: whatever is written where, validation answers with problems --------------------------------------
@@ -1004,3 +1012,12 @@ def test_a_name_that_is_not_a_dns_subdomain_is_refused_whole_not_by_its_prefix()
     problems_ = validation.validate(sb.serving_dict(name="dsv41_Bad!"))
     assert [p.path for p in problems_] == ["metadata.name"]
     assert "is not a valid name" in problems_[0].message  # the whole name is checked (the regex was unanchored)
+
+
+def test_a_user_label_under_a_reserved_prefix_is_refused_as_reserved_not_as_set_by_nvlfleet() -> None:
+    path = 'spec.pod.labels["nvlfleet.io/team"]'
+    (message,) = [m for p, m in errors(spec(pod={"labels": {"nvlfleet.io/team": "a"}})) if p == path]
+
+    assert message.startswith(
+        "labels under nvlfleet.io/, app.kubernetes.io/, leaderworkerset.sigs.k8s.io/ are reserved"
+    )
