@@ -21,7 +21,8 @@ from support import specgen
 
 # A field path as the commands print it, between ": " and ": ".
 _PATH = re.compile(r"(?<=: )((?:metadata|spec|apiVersion|kind)(?:[.\[][^\s:]*)?)(?=: )")
-_DIR = pathlib.Path(tempfile.mkdtemp(prefix="nvlfleet-agree-"))
+_TMP = tempfile.TemporaryDirectory(prefix="nvlfleet-agree-")  # removed when the test process exits
+_DIR = pathlib.Path(_TMP.name)
 
 
 def _run(*argv: str) -> tuple[int, str]:
