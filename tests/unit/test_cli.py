@@ -67,7 +67,7 @@ def test_problems_print_file_document_name_path_and_message(
 
 
 def test_warnings_do_not_fail_the_file(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
-    slow = VALID + "  kernels: {all2allBackend: deepep_low_latency}\n"
+    slow = VALID + "  kernels: {all2allBackend: flashinfer_all2allv}\n"
     path = write(tmp_path, "slow.yaml", slow)
     code, out, _ = run(capsys, "validate", "-f", path)
     assert code == 0
@@ -154,3 +154,11 @@ def test_validate_checks_against_the_policy_its_flags_give(capsys: pytest.Captur
     assert code == 1 and "spec.model.weights.hostPath.path: host path /mnt/nvme/models is not allowed" in out
     code, out, _ = run(capsys, "validate", "-f", example, "--allow-weights-host-path", "/mnt/nvme/models")
     assert (code, out) == (0, f"{example}: ok (1 serving)\n")
+
+
+def test_render_takes_the_policy_validate_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(EXAMPLE.parent / "gb300-throughput.yaml")
+    code, _, err = run(capsys, "render", "-f", example)
+    assert code == 1 and "spec.model.weights.hostPath.path: host path /mnt/nvme/models is not allowed" in err
+    code, out, _ = run(capsys, "render", "-f", example, "--allow-weights-host-path", "/mnt/nvme/models")
+    assert code == 0 and "kind: LeaderWorkerSet" in out

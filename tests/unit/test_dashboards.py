@@ -24,6 +24,7 @@ from nvlfleet.adapters.exporter import OperatorMetrics
 from nvlfleet.adapters.scraper import Scraper
 from nvlfleet.api import metric_names as names
 from nvlfleet.api import models
+from nvlfleet.api import parity as parity_api
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core.group_telemetry import Target
 from nvlfleet.facts import vllm_metrics
@@ -123,7 +124,7 @@ async def _exercise_telemetry() -> str:
                 Target("decode", "clique-b", decode.url, 8),
             ],
             pricing=PRICING,
-            parity_reference=5_000.0,
+            parity_reference=parity_api.ParitySpec(reference_tokens_per_second_per_gpu=5_000.0),
         )
         scraper.set_serving("ml", "broken", [Target("decode", "clique-c", down.url, 4)], pricing=None)
         for _ in range(2):

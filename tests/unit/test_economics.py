@@ -10,6 +10,7 @@ import pytest
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, problems
+from nvlfleet.api import parity as parity_api
 from nvlfleet.core import economics
 
 UTC = datetime.UTC
@@ -104,9 +105,15 @@ def test_streaming_speed_is_generation_rate_per_running_request() -> None:
     assert result.streaming_tokens_per_second_per_request == 6400 / 64
 
 
+def reference(tokens_per_second_per_gpu: float, basis: str = "output") -> parity_api.ParitySpec:
+    return parity_api.ParitySpec.model_validate(
+        {"referenceTokensPerSecondPerGpu": tokens_per_second_per_gpu, "basis": basis}
+    )
+
+
 def test_cost_margin_and_parity() -> None:
     spec = pricing(gpu_hour_cost=2.0)
-    result = economics.evaluate(rates(0, 0, 1000), gpus=2, pricing=spec, parity_reference=400.0)
+    result = economics.evaluate(rates(0, 0, 1000), gpus=2, pricing=spec, parity_reference=reference(400.0))
 
     revenue_per_gpu_hour = 1000 * 0.60 / MILLION * 3600 / 2
     assert result.revenue_per_gpu_hour == pytest.approx(revenue_per_gpu_hour)
@@ -330,6 +337,40 @@ def test_a_group_straddling_a_window_boundary_prices_like_its_servers_one_by_one
 
     assert group.revenue_per_hour == pytest.approx(one_by_one)
     assert group.price_multiplier == pytest.approx(one_by_one / ((3_000 * 0.60 / MILLION) * 3600))
+
+
+def test_parity_against_an_output_reference_counts_output_tokens_only() -> None:
+    # A decode serving with long, mostly cached prompts: total tokens/s is 15× its output.
+    busy = rates(prompt=56_000, cached=50_000, generation=4_000)
+
+    result = economics.evaluate(busy, gpus=4, pricing=None, parity_reference=reference(2_000.0))
+
+    assert result.parity == (4_000 / 4) / 2_000.0
+
+
+def test_parity_against_a_total_reference_counts_prompt_and_output() -> None:
+    busy = rates(prompt=56_000, cached=50_000, generation=4_000)
+
+    result = economics.evaluate(busy, gpus=4, pricing=None, parity_reference=reference(20_000.0, "total"))
+
+    assert result.parity == (60_000 / 4) / 20_000.0
+
+
+def test_the_reference_basis_is_output_unless_the_spec_says_total() -> None:
+    assert parity_api.ParitySpec(reference_tokens_per_second_per_gpu=1.0).basis is parity_api.ParityBasis.OUTPUT
+
+
+def test_a_disaggregated_prefill_group_has_no_output_parity_to_fall_short_of() -> None:
+    prefill = economics.Interval("prefill", rates(prompt=50_000, generation=10), 0.0, 15.0)
+
+    def group(basis: str) -> economics.Economics:
+        return economics.evaluate_group(
+            [prefill], gpus=4, pricing=None, disaggregated=True, parity_reference=reference(100.0, basis),
+            whole_serving=False,
+        )  # fmt: skip
+
+    assert group("output").parity is None
+    assert group("total").parity == (50_000 / 4) / 100.0
 
 
 def test_a_whole_serving_sums_each_roles_billed_share() -> None:

@@ -106,6 +106,16 @@ def test_speculative_decoding_and_margin(tmp_path: Path, capsys: pytest.CaptureF
     assert out["streamingTokensPerSecondPerRequest"] == pytest.approx(8_000 / 100)
     assert out["revenuePerHour"] == pytest.approx(revenue)
     assert out["marginPerGpuHour"] == pytest.approx(revenue / 4 - 2.5)
+    assert (out["parity"], out["parityBasis"]) == (pytest.approx(8_000 / 4 / 10_000), "output")
+
+
+def test_a_total_reference_is_compared_with_total_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before, after = scrapes(tmp_path, vllmsim.Load(prompt=50_000, prompt_cached=20_000, generation=8_000))
+    args = ("--reference", "10000", "--reference-basis", "total")
+
+    code, out, _ = economics(capsys, before, after, pricing_file(tmp_path, PEAK), *args, gpus=4)
+
+    assert (code, out["parityBasis"]) == (0, "total")
     assert out["parity"] == pytest.approx(58_000 / 4 / 10_000)
 
 
@@ -237,3 +247,12 @@ def test_the_command_does_not_load_the_network_client() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("reference", ["0", "-5", "inf", "nan"])
+def test_a_reference_that_is_not_a_positive_throughput_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reference: str
+) -> None:
+    err = bad(tmp_path, capsys, extra=("--reference", reference))
+
+    assert err.startswith("nvlfleet economics: --reference must be a positive number of tokens/s per GPU")

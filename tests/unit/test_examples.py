@@ -93,3 +93,13 @@ def test_low_latency_example_is_one_tray_with_specialized_decode() -> None:
     assert (topology.nodes_per_group, topology.tensor, topology.data) == (1, 4, 1)
     tuning = profiles.effective(serving.spec, models.RoleName.DECODE)
     assert tuning.additional_config.get("decode_backend") == "latency_specialized"
+
+
+def test_the_wide_ep_parity_reference_is_the_output_figure_its_comment_cites() -> None:
+    name = "gb200-wide-ep-throughput.yaml"
+    parity = load(name).spec.parity
+    assert parity is not None and parity.reference_tokens_per_second_per_gpu is not None
+    comment = " ".join(line.lstrip("# ") for line in (EXAMPLES[0].parent / name).read_text().splitlines())
+
+    assert parity.basis.value == "output"
+    assert f"{parity.reference_tokens_per_second_per_gpu:,.0f} output tokens/s per GPU" in comment

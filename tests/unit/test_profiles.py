@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, problems
-from nvlfleet.core import profile_data, profiles, settings, validation
+from nvlfleet.core import profile_data, profiles, render, settings, validation
 from nvlfleet.facts import facts, hardware
 from support import servingbuilder as sb
 
@@ -120,6 +122,52 @@ def test_no_compute_domain_means_no_mnnvl() -> None:
     assert not t.fabric
     assert t.all2all_backend is None
     assert "NCCL_MNNVL_ENABLE" not in dict(t.env)
+
+
+# The env var README §3 pairs each DeepEP backend with on an NVL72 fabric (facts.json expert_parallel.mnnvl_backends).
+MNNVL_BACKENDS = json.loads(resources.files("nvlfleet.facts").joinpath("data/vllm/0.33.0/facts.json").read_text())[
+    "expert_parallel"
+]["mnnvl_backends"]
+DEEPEP_COMPANIONS = {
+    "deepep_high_throughput": "VLLM_DEEPEP_HIGH_THROUGHPUT_FORCE_INTRA_NODE",
+    "deepep_low_latency": "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL",
+}
+
+
+@pytest.mark.parametrize(("backend", "companion"), DEEPEP_COMPANIONS.items())
+def test_a_chosen_deepep_backend_brings_its_fabric_env_on_a_multi_node_nvl72_group(
+    backend: str, companion: str
+) -> None:
+    t = tuning(family="deepseek-v4", gpu="GB200", tensor=1, nodes=2, kernels={ALL2ALL: backend})
+
+    assert companion in FACTS.env_vars
+    assert companion in MNNVL_BACKENDS[backend]
+    assert (t.all2all_backend, dict(t.env).get(companion)) == (backend, "1")
+    assert "README §3" in t.reasons[f"env.{companion}"].why
+
+
+@pytest.mark.parametrize(("backend", "companion"), DEEPEP_COMPANIONS.items())
+def test_a_deepep_backend_within_one_tray_or_without_the_fabric_gets_no_fabric_env(
+    backend: str, companion: str
+) -> None:
+    one_tray = tuning(family="deepseek-v4", gpu="GB200", tensor=1, nodes=1, kernels={ALL2ALL: backend})
+    no_fabric = tuning(family="deepseek-v4", nodes=2, kernels={ALL2ALL: backend}, placement={"computeDomain": False})
+
+    assert companion not in dict(one_tray.env)
+    assert companion not in dict(no_fabric.env)
+
+
+def test_a_deepep_companion_the_user_sets_in_extra_env_is_theirs() -> None:
+    chosen = sb.serving_dict(
+        family="deepseek-v4",
+        kernels={ALL2ALL: "deepep_high_throughput"},
+        extraEnv=[{"name": "VLLM_DEEPEP_HIGH_THROUGHPUT_FORCE_INTRA_NODE", "value": "0"}],
+    )
+    (lws,) = [m for m in render.render(models.DeepSeekServing.model_validate(chosen)) if m["kind"] == "LeaderWorkerSet"]
+    env = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["env"]
+
+    assert [e["value"] for e in env if e["name"] == "VLLM_DEEPEP_HIGH_THROUGHPUT_FORCE_INTRA_NODE"] == ["0"]
+    assert validation.validate(chosen) == []
 
 
 def test_startup_probe_outlasts_the_engine_ready_timeout() -> None:

@@ -23,6 +23,7 @@ from nvlfleet.adapters.exporter import OperatorMetrics, start_exporter
 from nvlfleet.adapters.scraper import RoundReport, Scraper
 from nvlfleet.api import metric_names as names
 from nvlfleet.api import models, problems
+from nvlfleet.api import parity as parity_api
 from nvlfleet.core.group_telemetry import Target
 from nvlfleet.sim import simulator, vllmsim
 
@@ -133,7 +134,7 @@ def test_steady_state_gauges_match_the_simulators_rates() -> None:
     async def run(f: Fleet) -> None:
         await f.leader(DECODE, gpus=8)
         await f.leader(DECODE, gpus=8)
-        f.declare(parity_reference=5_000.0)
+        f.declare(parity_reference=parity_api.ParitySpec(reference_tokens_per_second_per_gpu=5_000.0))
         await f.scrape_at(-45)
         await f.scrape_at(-30)
 
@@ -156,7 +157,8 @@ def test_steady_state_gauges_match_the_simulators_rates() -> None:
         assert f.gauge(names.REVENUE_PER_GPU_HOUR, currency="USD") == pytest.approx(per_gpu_hour, **within_1pc)
         assert f.gauge(names.COST_PER_GPU_HOUR, currency="USD") == 3.0
         assert f.gauge(names.MARGIN_PER_GPU_HOUR, currency="USD") == pytest.approx(per_gpu_hour - 3.0, **within_1pc)
-        assert f.gauge(names.PARITY_RATIO) == pytest.approx(tokens / 16 / 5_000.0, **within_1pc)
+        # The reference counts output tokens (spec.parity.basis by default), so parity does too.
+        assert f.gauge(names.PARITY_RATIO) == pytest.approx(2 * DECODE.generation / 16 / 5_000.0, **within_1pc)
         assert f.gauge(names.GPUS) == 16
         assert f.gauge(names.COVERAGE) == 1.0
 

@@ -391,10 +391,28 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "attention backend FLASH_ATTN is not a DeepSeek V4.1 backend",
     ),
     (
-        "removed all-to-all",
+        "removed all-to-all pplx",
         {"kernels": {"all2allBackend": "pplx"}},
         "spec.kernels.all2allBackend",
-        "all-to-all backend pplx no longer exists in vLLM 0.33.0",
+        "all-to-all backend pplx was removed in vLLM 0.17",
+    ),
+    (
+        "removed all-to-all naive",
+        {"kernels": {"all2allBackend": "naive"}},
+        "spec.kernels.all2allBackend",
+        "all-to-all backend naive no longer exists in vLLM 0.33.0",
+    ),
+    (
+        "batched all-to-all on V4.1, which the facts say to avoid",
+        {"kernels": {"all2allBackend": "deepep_low_latency"}},
+        "spec.kernels.all2allBackend",
+        "all-to-all backend deepep_low_latency makes DeepSeek V4.1 lose its fast MXFP4 expert kernels",
+    ),
+    (
+        "NIXL-EP on V4.1, which the facts say to avoid",
+        {"kernels": {"all2allBackend": "nixl_ep"}},
+        "spec.kernels.all2allBackend",
+        "facts say to avoid it for V4.1",
     ),
     (
         "unknown all-to-all",
@@ -515,14 +533,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "owned alias",
         {"extraArgs": ["--enforce-eager", "-tp", "4"]},
         "spec.extraArgs[1]",
-        "-tp is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+        "-tp is managed by nvlfleet; use spec.roles.<role>.parallelism.tensor",
     ),
-    ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is set by nvlfleet"),
+    ("owned port", {"extraArgs": ["--port=9000"]}, "spec.extraArgs[0]", "--port is managed by nvlfleet"),
     (
         "owned underscore spelling",
         {"extraArgs": ["--tensor_parallel_size", "4"]},
         "spec.extraArgs[0]",
-        "--tensor_parallel_size is set by nvlfleet; use spec.roles.<role>.parallelism.tensor",
+        "--tensor_parallel_size is managed by nvlfleet; use spec.roles.<role>.parallelism.tensor",
     ),
     (
         "twice in two spellings",
@@ -635,7 +653,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "owned env var",
         {"extraEnv": [{"name": "VLLM_DP_SIZE", "value": "8"}]},
         "spec.extraEnv[0].name",
-        "VLLM_DP_SIZE is set by nvlfleet",
+        "VLLM_DP_SIZE is managed by nvlfleet",
     ),
     (
         "literal HF token",
@@ -793,10 +811,12 @@ def test_a_rule_every_role_breaks_is_said_once_without_a_role() -> None:
     ]
 
 
-def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release() -> None:
-    """The facts say pplx is gone by vLLM 0.33.0, not that 0.33.0 removed it."""
-    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": "pplx"})) if p == "spec.kernels.all2allBackend"]
-    assert "removed from vLLM 0.33.0" not in message and "removed in" not in message
+@pytest.mark.parametrize("backend", ["pplx", "naive"])
+def test_a_removed_backend_is_not_said_to_be_removed_by_the_pinned_release(backend: str) -> None:
+    """pplx went in vLLM 0.17 (vllm-project/vllm#33724); the facts say naive is gone by 0.33.0, not when."""
+    path = "spec.kernels.all2allBackend"
+    (message,) = [m for p, m in errors(spec(kernels={"all2allBackend": backend})) if p == path]
+    assert "removed in vLLM 0.33.0" not in message and "removed from vLLM 0.33.0" not in message
 
 
 def test_a_rule_one_role_breaks_names_the_role() -> None:
@@ -808,12 +828,6 @@ def test_a_rule_one_role_breaks_names_the_role() -> None:
 # --- warnings: accepted, but said ----------------------------------------------------------------------------------
 
 WARNED: list[tuple[str, dict[str, Any], str, str]] = [
-    (
-        "batched all-to-all on V4.1",
-        {"kernels": {"all2allBackend": "deepep_low_latency"}},
-        "spec.kernels.all2allBackend",
-        "all-to-all backend deepep_low_latency makes DeepSeek V4.1 lose its fast MXFP4 expert kernels",
-    ),
     (
         "deprecated all-to-all alias",
         {"kernels": {"all2allBackend": "flashinfer_all2allv"}},
@@ -914,7 +928,15 @@ def test_every_owned_flag_exists_in_the_pinned_vllm() -> None:
     from nvlfleet.facts import facts
 
     dests = {flag.dest for flag in facts.load().flags.values()}
-    assert set(escapes.OWNED_FLAGS) <= dests, set(escapes.OWNED_FLAGS) - dests
+    assert set(escapes.OWNED_FLAGS) | set(escapes.SECRET_FLAGS) <= dests, set(escapes.OWNED_FLAGS) - dests
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--hf-token"])
+def test_a_secret_flag_is_refused_as_a_secret_not_as_a_flag_nvlfleet_sets(flag: str) -> None:
+    (message,) = [m for p, m in errors(spec(extraArgs=[flag, "abc"])) if p == "spec.extraArgs[0]"]
+
+    assert message.startswith(f"{flag} would put a secret in the pod's arguments; ")
+    assert "nvlfleet" not in message.split(";")[0]
 
 
 # --- robustness: whatever is written where, validation answers with problems --------------------------------------
@@ -990,3 +1012,12 @@ def test_a_name_that_is_not_a_dns_subdomain_is_refused_whole_not_by_its_prefix()
     problems_ = validation.validate(sb.serving_dict(name="dsv41_Bad!"))
     assert [p.path for p in problems_] == ["metadata.name"]
     assert "is not a valid name" in problems_[0].message  # the whole name is checked (the regex was unanchored)
+
+
+def test_a_user_label_under_a_reserved_prefix_is_refused_as_reserved_not_as_set_by_nvlfleet() -> None:
+    path = 'spec.pod.labels["nvlfleet.io/team"]'
+    (message,) = [m for p, m in errors(spec(pod={"labels": {"nvlfleet.io/team": "a"}})) if p == path]
+
+    assert message.startswith(
+        "labels under nvlfleet.io/, app.kubernetes.io/, leaderworkerset.sigs.k8s.io/ are reserved"
+    )

@@ -430,14 +430,13 @@ class Operator:
             domain = node.get(parsed.spec.placement.domain_label) or pod["spec"].get("nodeName") or "unknown"
             url = f"http://{pod['status']['podIP']}:{_api_port(pod)}"
             targets.append(group_telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
-        reference = parsed.spec.parity.reference_tokens_per_second_per_gpu if parsed.spec.parity else None
         try:
             self.scraper.set_serving(
                 key.namespace,
                 key.name,
                 sorted(targets, key=lambda t: t.url),
                 pricing=parsed.spec.pricing,
-                parity_reference=reference,
+                parity_reference=parsed.spec.parity,
             )
         except problems.InvalidSpec as err:
             log.warning("telemetry for %s disabled: %s", key, err)

@@ -30,6 +30,7 @@ import aiohttp
 
 from nvlfleet.adapters import exporter
 from nvlfleet.api import models, problems
+from nvlfleet.api import parity as parity_api
 from nvlfleet.core import economics, group_telemetry, rates, samples
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class _TargetState:
 @dataclasses.dataclass
 class _Serving:
     pricing: models.PricingSpec | None
-    parity_reference: float | None
+    parity_reference: parity_api.ParitySpec | None
     disaggregated: bool
     targets: dict[str, _TargetState]
     accrued: dict[tuple[str, str], float]  # (role, domain) -> revenue accrued
@@ -99,7 +100,7 @@ class Scraper:
         targets: Sequence[group_telemetry.Target],
         *,
         pricing: models.PricingSpec | None,
-        parity_reference: float | None = None,
+        parity_reference: parity_api.ParitySpec | None = None,
         disaggregated: bool | None = None,
     ) -> None:
         """Declare a serving's ready leaders (all of them, each call); leaders already known keep their samples.

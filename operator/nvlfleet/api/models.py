@@ -2,11 +2,11 @@
 
 This module and its neighbours are the single source of the API (``kubetypes``: the Kubernetes types the spec
 embeds; ``router``: ``spec.router``, the front door; ``disaggregation``: ``spec.disaggregation``, the KV path
-from prefill to decode; ``servingstatus``: the status; ``schema``: the base type and
-CEL rules; ``names``: the group, version and kind): the CRD in ``crds/`` is generated from it
-(``nvlfleet.api.crd``), the validator and the renderer read it, and the operator parses every object it sees
-with it. It sits at the very start of the data flow (spec → validate → plan → render → apply → status) and is
-pure: no Kubernetes client, no kopf, no clock.
+from prefill to decode; ``parity``: ``spec.parity``, the reference throughput; ``servingstatus``: the status;
+``schema``: the base type and CEL rules; ``names``: the group, version and kind): the CRD in ``crds/`` is
+generated from it (``nvlfleet.api.crd``), the validator and the renderer read it, and the operator parses every
+object it sees with it. It sits at the very start of the data flow (spec → validate → plan → render → apply →
+status) and is pure: no Kubernetes client, no kopf, no clock.
 
 Field names are snake_case in Python and camelCase on the wire. Every field carries a description because those
 descriptions become ``kubectl explain deepseekserving.spec...``. Shape and range checks live here (they become
@@ -24,6 +24,7 @@ from pydantic import alias_generators
 
 from nvlfleet.api import disaggregation as disaggregation_api
 from nvlfleet.api import kubetypes, names, schema, servingstatus
+from nvlfleet.api import parity as parity_api
 from nvlfleet.api import router as router_api
 from nvlfleet.facts import hardware
 
@@ -33,7 +34,6 @@ DEFAULT_MIN_BATCH = 8
 DEFAULT_MAX_BATCH = 256
 
 _HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 
 # ---------------------------------------------------------------------------------------------------------------
 # Enumerations
@@ -457,14 +457,6 @@ class PricingSpec(schema.Model):
     ] = None
 
 
-class ParitySpec(schema.Model):
-    """A reference throughput the parity gauge compares against (e.g. a vendor engine's published figure)."""
-
-    reference_tokens_per_second_per_gpu: Annotated[
-        float | None, pydantic.Field(description="Reference total tokens/s per GPU.", gt=0)
-    ] = None
-
-
 class PodOverrides(schema.Model):
     """Pod-level settings applied to every vLLM pod."""
 
@@ -492,7 +484,7 @@ class PodOverrides(schema.Model):
         str,
         pydantic.Field(
             description="Size of /dev/shm (memory-backed); DP ranks share Engram tables through it.",
-            pattern=_QUANTITY,
+            pattern=schema.UNSIGNED_QUANTITY,
         ),
     ] = "64Gi"
     labels: Annotated[dict[str, str], pydantic.Field(description="Extra pod labels.")] = pydantic.Field(
@@ -544,7 +536,9 @@ class DeepSeekServingSpec(schema.Model):
         default_factory=PlacementSpec
     )
     pricing: Annotated[PricingSpec | None, pydantic.Field(description="Token prices, for the revenue gauges.")] = None
-    parity: Annotated[ParitySpec | None, pydantic.Field(description="Reference throughput for parity.")] = None
+    parity: Annotated[parity_api.ParitySpec | None, pydantic.Field(description="Reference throughput for parity.")] = (
+        None
+    )
     pod: Annotated[PodOverrides, pydantic.Field(description="Pod-level overrides.")] = pydantic.Field(
         default_factory=PodOverrides
     )

@@ -29,11 +29,9 @@ DEFAULT_REPLICAS = 1
 class ResourceList(schema.Model):
     """CPU and memory as Kubernetes quantities (2, 500m, 1Gi)."""
 
-    cpu: Annotated[str | None, pydantic.Field(description="CPU, e.g. 1 or 500m.", pattern=schema.RESOURCE_QUANTITY)] = (
-        None
-    )
+    cpu: Annotated[str | None, pydantic.Field(description="CPU, e.g. 1 or 500m.", pattern=schema.WHOLE_QUANTITY)] = None
     memory: Annotated[
-        str | None, pydantic.Field(description="Memory, e.g. 1Gi or 512Mi.", pattern=schema.RESOURCE_QUANTITY)
+        str | None, pydantic.Field(description="Memory, e.g. 1Gi or 512Mi.", pattern=schema.WHOLE_QUANTITY)
     ] = None
 
 

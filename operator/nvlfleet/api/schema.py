@@ -20,8 +20,18 @@ from nvlfleet.facts import hardware
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A container image reference: registry/repository[:tag][@digest].
 IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
-# A cpu or memory quantity in the canonical spellings the API server stores unchanged: 2, 500m, 1Gi, 512Mi.
-RESOURCE_QUANTITY = r"^[1-9][0-9]*(m|Ki|Mi|Gi|Ti)?$"
+# A Kubernetes quantity, exactly as k8s.io/apimachinery's resource.ParseQuantity reads one: an optionally signed
+# decimal (1, 1.5, 1., .5), then a binary suffix (Ki … Ei), a decimal one (n, u, m, k, M, G, T, P, E) or an
+# integer exponent (e3, E-2). The one home of the grammar: the CRD's patterns and nvlfleet.core.validation use it.
+_QUANTITY_NUMBER = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+QUANTITY = rf"^[+-]?{_QUANTITY_NUMBER}$"
+# Narrower, for an amount (a size limit, a resource request): the same grammar without a minus sign, because
+# Kubernetes refuses a negative one only when LeaderWorkerSet creates the pods, which then never appear.
+UNSIGNED_QUANTITY = rf"^\+?{_QUANTITY_NUMBER}$"
+# Narrower, for the router's cpu and memory: a positive whole number of one unit (2, 500m, 1Gi), the spellings
+# nvlfleet.core.router.canonical_quantity rewrites with integer arithmetic into the API server's own, so that the
+# applied Deployment reads back equal to the rendered one.
+WHOLE_QUANTITY = r"^[1-9][0-9]*(m|Ki|Mi|Gi|Ti)?$"
 
 
 class Model(pydantic.BaseModel):

@@ -77,7 +77,9 @@ class DeepSeekServingStatus(schema.Model):
     tokens_per_second_per_gpu: Annotated[float | None, pydantic.Field(description="Tokens/s per GPU.")] = None
     revenue_per_hour: Annotated[float | None, pydantic.Field(description="Revenue per hour at current prices.")] = None
     revenue_per_gpu_hour: Annotated[float | None, pydantic.Field(description="Revenue per GPU-hour.")] = None
-    parity: Annotated[float | None, pydantic.Field(description="Tokens/s per GPU ÷ the reference.")] = None
+    parity: Annotated[
+        float | None, pydantic.Field(description="Tokens/s per GPU on spec.parity.basis ÷ the reference.")
+    ] = None
     currency: Annotated[str | None, pydantic.Field(description="Currency of the revenue fields.")] = None
     metrics_time: Annotated[
         str | None, pydantic.Field(description="When the throughput and revenue fields were measured.")

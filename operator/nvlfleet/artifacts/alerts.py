@@ -8,8 +8,10 @@ file in the tests.
 
 What each alert is for, and why its expression looks the way it does:
 
-- *Parity below target*: tokens/s per GPU under ``PARITY_TARGET`` of the serving's own reference (spec.parity)
-  for a sustained period — a kernel, profile or placement regression, not a traffic dip (parity is per GPU).
+- *Parity below target*: tokens/s per GPU, on the basis the serving's reference counts (spec.parity.basis:
+  output tokens by default, or total), under ``PARITY_TARGET`` of that reference for a sustained period. Per GPU,
+  so adding or removing groups does not move it; but a reference is a figure measured at full load, so a lightly
+  loaded group reads low too: the description says to tell the two apart.
 - *Revenue per GPU-hour drop*: compared with the preceding hours *at base price*. Dividing by the time-of-day
   price multiplier first keeps an off-peak discount window from looking like a collapse.
 - *Serving not Ready* / *group unplaceable*: the reconciler's status, exported as gauges, so they reach someone
@@ -85,8 +87,10 @@ def all_alerts() -> list[Alert]:
             severity="warning",
             summary=f"{_GROUP} delivers {{{{ $value | humanizePercentage }}}} of its reference tokens/s per GPU.",
             description=(
-                f"Tokens/s per GPU have stayed below {PARITY_TARGET:.0%} of spec.parity.referenceTokensPerSecondPerGpu "
-                "for 30 minutes. Parity is per GPU, so this is not a traffic dip: compare the rendered vLLM flags "
+                f"Tokens/s per GPU, counted as spec.parity.basis says (output tokens unless it says total), have "
+                f"stayed below {PARITY_TARGET:.0%} of spec.parity.referenceTokensPerSecondPerGpu for 30 minutes. "
+                "The reference was measured at full load, so first check the load: a group running fewer requests "
+                "than its max-num-seqs reads low without being slow. If it is busy, compare the rendered vLLM flags "
                 "and the tuning profile with the reference run, and check the speculative acceptance rate."
             ),
         ),

@@ -319,7 +319,8 @@ def fleet() -> Dashboard:
                 f"sum({_sel(names.PARITY_RATIO, _FLEET)} * {_ON_GROUP} {reporting}) / sum({reporting}"
                 f" and {_ON_GROUP} {_sel(names.PARITY_RATIO, _FLEET)})", "parity")], kind="stat", unit="percentunit",
                 decimals=1, width=4, height=5, thresholds=((None, "red"), (0.9, "orange"), (1.0, "green")),
-                description="GPU-weighted tokens/s per GPU ÷ each serving's reference (spec.parity)."),
+                description="GPU-weighted tokens/s per GPU ÷ each serving's reference, on the reference's basis "
+                "(spec.parity.basis: output tokens by default, or total)."),
             Panel("GPUs", [Query(f"sum({_sel(names.GPUS, _FLEET)})", "GPUs")], kind="stat", width=4, height=5,
                   description="GPUs of the ready groups the operator measures."),
         ],

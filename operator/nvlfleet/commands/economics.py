@@ -13,7 +13,7 @@ The JSON form is a stable interface (keys may be added, never renamed; a value t
     {"tokensPerSecond": {"prompt", "promptCached", "promptUncached", "generation", "total"},
      "tokensPerSecondPerGpu", "acceptanceRate", "meanAcceptedLength", "streamingTokensPerSecondPerRequest",
      "revenuePerHour", "revenuePerGpuHour", "costPerGpuHour", "marginPerGpuHour", "priceMultiplier",
-     "parity", "currency", "gpus", "intervalSeconds", "start", "end"}
+     "parity", "parityBasis", "currency", "gpus", "intervalSeconds", "counterReset", "start", "end"}
 
 Exit codes: 0 computed, 1 bad input (the message names the file or option and what is wrong).
 """
@@ -31,6 +31,7 @@ import pydantic
 import yaml
 
 from nvlfleet.api import models, problems
+from nvlfleet.api import parity as parity_api
 from nvlfleet.core import economics, rates, samples
 
 
@@ -63,7 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference",
         type=float,
         metavar="TOKENS_PER_SECOND_PER_GPU",
-        help="reference throughput for the parity ratio (spec.parity)",
+        help="reference throughput for the parity ratio (spec.parity.referenceTokensPerSecondPerGpu)",
+    )
+    parser.add_argument(
+        "--reference-basis",
+        choices=[b.value for b in parity_api.ParityBasis],
+        default=parity_api.ParityBasis.OUTPUT.value,
+        help="which tokens --reference counts (spec.parity.basis): output (default) or total",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
 
@@ -79,6 +86,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_table(result))
     return 0
+
+
+def _parity_reference(args: argparse.Namespace) -> parity_api.ParitySpec | None:
+    if args.reference is None:
+        return None
+    try:
+        return parity_api.ParitySpec(reference_tokens_per_second_per_gpu=args.reference, basis=args.reference_basis)
+    except pydantic.ValidationError:
+        raise BadInput(f"--reference must be a positive number of tokens/s per GPU, got {args.reference:g}") from None
 
 
 def _compute(args: argparse.Namespace) -> dict[str, Any]:
@@ -104,7 +120,7 @@ def _compute(args: argparse.Namespace) -> dict[str, Any]:
         pricing=pricing,
         multiplier=economics.mean_multiplier(pricing, start, end),
         billing=billing,
-        parity_reference=args.reference,
+        parity_reference=_parity_reference(args),
     )
     tps = eco.tokens_per_second
     return {
@@ -125,6 +141,7 @@ def _compute(args: argparse.Namespace) -> dict[str, Any]:
         "marginPerGpuHour": eco.margin_per_gpu_hour,
         "priceMultiplier": eco.price_multiplier,
         "parity": eco.parity,
+        "parityBasis": None if args.reference is None else args.reference_basis,
         "currency": eco.currency,
         "gpus": eco.gpus,
         "intervalSeconds": args.interval,
@@ -221,7 +238,7 @@ def _table(r: dict[str, Any]) -> str:
             f"{num(r['revenuePerHour'], 2)} {cur}/h, {num(r['revenuePerGpuHour'], 2)} {cur}/GPU-hour",
         ),
         ("cost, margin", f"{num(r['costPerGpuHour'], 2)}, {num(r['marginPerGpuHour'], 2)} {cur}/GPU-hour"),
-        ("parity", num(r["parity"], 3)),
+        ("parity", num(r["parity"], 3) + (f" ({r['parityBasis']} tokens/s per GPU)" if r["parityBasis"] else "")),
     ]
     if r["counterReset"]:
         rows.append(("counter reset", r["counterReset"]))

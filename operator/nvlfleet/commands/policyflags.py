@@ -1,5 +1,5 @@
-"""The cluster admin's policy as command-line flags, shared by ``nvlfleet run`` and ``nvlfleet validate`` so that
-an offline check refuses exactly what admission refuses.
+"""The cluster admin's policy as command-line flags, shared by ``nvlfleet run``, ``validate``, ``plan`` and
+``render`` so that an offline check refuses exactly what admission refuses.
 
 Each ``api.policy`` setting is a repeatable flag (``--allow-weights-host-path /mnt/nvme/models``); ``--policy
 FILE`` reads the chart's ``policy:`` values (or a whole values file) and the flags add to it.

@@ -1,10 +1,10 @@
 """``nvlfleet render``: print every child manifest a serving becomes, exactly as the operator would apply it.
 
 Adapter around the pure core, run by people (and CI) before ``kubectl apply`` of a DeepSeekServing: it reads the
-serving file(s), validates them (``validation.review``: any error stops here, printed with its field path, exit
-1), places the groups when given ``kubectl get nodes -o yaml`` output (``planner``, the same call the operator
-makes), and prints ``render.render``'s manifests as multi-document YAML or a JSON list. Owner references are
-the only thing the operator adds.
+serving file(s), validates them (``validation.review`` under the policy flags ``nvlfleet validate`` and ``plan``
+take: any error stops here, printed with its field path, exit 1), places the groups when given ``kubectl get
+nodes -o yaml`` output (``planner``, the same call the operator makes), and prints ``render.render``'s manifests
+as multi-document YAML or a JSON list. Owner references are the only thing the operator adds.
 
 Without ``--nodes`` the LeaderWorkerSets are rendered unpinned (node affinity ``<domainLabel> Exists``, one
 LeaderWorkerSet per role) and a note on stderr says so. With ``--nodes``, groups that do not fit are reported on
@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.api import models, names, problems
-from nvlfleet.commands import inputs
+from nvlfleet.api import models, names, policy, problems
+from nvlfleet.commands import inputs, policyflags
 from nvlfleet.core import disaggregation, inventory, planner, profiles, render, validation
 
 
@@ -56,11 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain", action="store_true", help="print each role's effective tuning settings and why, on stderr"
     )
+    policyflags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        servings = _servings(args.files)
+        servings = _servings(args.files, policyflags.policy_of(args))
         placements, unplaced = _placements(servings, args.nodes, args.pods)
         manifests: list[dict[str, Any]] = []
         for where, serving in servings:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 manifests += render.render(serving, placements.get(_key(serving)))
             except problems.InvalidSpec as err:
                 raise BadInput(_problems(where, err.problems)) from None
-    except BadInput as err:
+    except (BadInput, ValueError) as err:
         print(f"nvlfleet render: {err}", file=sys.stderr)
         return 1
     if args.nodes is None:
@@ -118,8 +119,9 @@ def _documents(path: str) -> Iterator[tuple[str, object]]:
         raise BadInput(str(err)) from None
 
 
-def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
-    """Every DeepSeekServing in ``paths``, validated; the first file with errors stops the command."""
+def _servings(paths: Sequence[str], allowed: policy.Policy) -> list[tuple[str, models.DeepSeekServing]]:
+    """Every DeepSeekServing in ``paths``, validated as ``nvlfleet validate`` validates it under the cluster admin's
+    policy ``allowed`` (the same flags); the first file with errors stops the command."""
     out: list[tuple[str, models.DeepSeekServing]] = []
     seen: dict[inventory.ServingKey, str] = {}
     for path in paths:
@@ -128,7 +130,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
             if not isinstance(obj, dict) or obj.get("kind") != names.KIND:
                 continue
             found += 1
-            review = validation.review(obj)
+            review = validation.review(obj, allowed)
             if review.errors or review.serving is None:
                 raise BadInput(_problems(where, review.errors))
             for warning in review.warnings:

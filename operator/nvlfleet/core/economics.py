@@ -35,6 +35,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from nvlfleet.api import models, problems
+from nvlfleet.api import parity as parity_api
 
 SECONDS_PER_DAY = 86_400
 SECONDS_PER_HOUR = 3_600
@@ -164,13 +165,13 @@ def evaluate(
     pricing: models.PricingSpec | None,
     multiplier: float = 1.0,
     billing: Billing = BILL_ALL,
-    parity_reference: float | None = None,
+    parity_reference: parity_api.ParitySpec | None = None,
 ) -> Economics:
     """Economics of ``rates`` produced by ``gpus`` GPUs, priced at ``pricing`` × ``multiplier``.
 
     ``multiplier`` is the schedule's multiplier for the measurement interval: ``mean_multiplier(pricing, start,
     end)`` for an interval, ``multiplier_at(pricing, t)`` for an instant. ``parity_reference`` is the
-    reference total tokens/s per GPU (``spec.parity``).
+    serving's ``spec.parity``: a reference tokens/s per GPU and the basis (output or total tokens) it counts.
     """
     billed = billing.view(rates)
     uncached = _uncached(rates.prompt, rates.prompt_cached)
@@ -209,9 +210,28 @@ def evaluate(
         revenue_per_gpu_hour=revenue_per_gpu_hour,
         cost_per_gpu_hour=cost,
         margin_per_gpu_hour=margin,
-        parity=_ratio(per_gpu, parity_reference),
+        parity=_parity(billed, tokens.total, gpus, billing, parity_reference),
         currency=pricing.currency if pricing is not None else None,
     )
+
+
+def _parity(
+    billed: Rates, total_tokens: float, gpus: int | None, billing: Billing, reference: parity_api.ParitySpec | None
+) -> float | None:
+    """Measured tokens/s per GPU on the reference's basis ÷ the reference: like with like, output against output.
+
+    ``None`` without a reference, and on the output basis for a role billed for no output (a disaggregated
+    prefill role generates one token per request and hands the rest to decode: its output parity would read 0).
+    """
+    if reference is None or reference.reference_tokens_per_second_per_gpu is None:
+        return None
+    if reference.basis is parity_api.ParityBasis.OUTPUT:
+        if not billing.generation:
+            return None
+        measured = billed.generation
+    else:
+        measured = total_tokens
+    return _ratio(_ratio(measured, gpus), reference.reference_tokens_per_second_per_gpu)
 
 
 def _uncached(prompt: float, cached: float) -> float | None:
@@ -300,7 +320,7 @@ def evaluate_group(
     gpus: int,
     pricing: models.PricingSpec | None,
     disaggregated: bool,
-    parity_reference: float | None,
+    parity_reference: parity_api.ParitySpec | None,
     whole_serving: bool,
 ) -> Economics:
     """Economics of the servers that reported in one group, on their ``gpus``.

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from nvlfleet.api import models
+from nvlfleet.api import parity as parity_api
 from nvlfleet.core import economics, rates
 
 
@@ -104,7 +105,7 @@ def aggregate(
     domain: str | None,
     pricing: models.PricingSpec | None,
     disaggregated: bool,
-    parity_reference: float | None,
+    parity_reference: parity_api.ParitySpec | None,
     accrued: Mapping[tuple[str, str], float],
 ) -> GroupTelemetry:
     """Sum the leaders of one group; ``role`` None means the whole serving (each role's billed share, summed).

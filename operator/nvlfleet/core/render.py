@@ -509,7 +509,11 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
     for key in pod.labels:
         if key.startswith(names.RESERVED_LABEL_PREFIXES):
             found.append(
-                problems.Problem(f'spec.pod.labels["{key}"]', "this label is set by nvlfleet and LeaderWorkerSet")
+                problems.Problem(
+                    f'spec.pod.labels["{key}"]',
+                    f"labels under {', '.join(names.RESERVED_LABEL_PREFIXES)} are reserved for the ones nvlfleet "
+                    "and LeaderWorkerSet put on the pods",
+                )
             )
     for i, volume in enumerate(pod.volumes):
         if volume.name in (SHM_VOLUME, CACHE_VOLUME):

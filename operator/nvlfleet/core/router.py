@@ -149,7 +149,7 @@ _BINARY = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 
 def quantity_value(quantity: str) -> int:
-    """A quantity of ``schema.RESOURCE_QUANTITY`` in its smallest unit (thousandths of a cpu, or bytes)."""
+    """A quantity of ``schema.WHOLE_QUANTITY`` in its smallest unit (thousandths of a cpu, or bytes)."""
     digits = quantity.rstrip("kmMGTi")
     suffix = quantity[len(digits) :]
     table = _BINARY if suffix.endswith("i") else _DECIMAL

@@ -15,9 +15,10 @@ API::
     review_serving(serving) -> Review
     parse(obj) -> (DeepSeekServing | None, list[Problem])   # pydantic errors as Problems, never a traceback
 
-Errors refuse the serving. Warnings accept it but say what will run badly (e.g. an all-to-all backend that
-makes DeepSeek V4.1 fall back to slow MoE kernels: it works, so refusing it would block an A/B test; it is
-slow, so staying silent would hide a 2× loss).
+Errors refuse the serving, including what the facts say to avoid (e.g. an all-to-all backend that makes
+DeepSeek V4.1 fall back to slow MoE kernels). Warnings accept it but say what will run badly or differently
+than asked (e.g. an explicit MoE backend auto would not pick: it works, so refusing it would block an A/B test;
+staying silent would hide the loss).
 
 Decisions worth knowing:
 - Flags with a typed spec field, and flags that shape the group (ports, data-parallel wiring, headless

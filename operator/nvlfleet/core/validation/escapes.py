@@ -16,17 +16,16 @@ from nvlfleet.core import settings
 from nvlfleet.core.validation import findings
 from nvlfleet.facts import disaggregation, facts
 
-# Flags nvlfleet writes itself, by argparse dest (so -tp, --tensor-parallel-size and --no-x forms all count),
-# with what to do instead. "<role>" is left for the reader: the field exists per role. The flags of the tuning
-# settings a spec field chooses come from settings.TABLE.
+# Flags that are nvlfleet's to manage, by argparse dest (so -tp, --tensor-parallel-size and --no-x forms all
+# count), with what to do instead: nvlfleet renders most of them, and keeps the rest at vLLM's default on purpose
+# (the data-parallel load-balancing modes, the torch.distributed rendezvous). "<role>" is left for the reader: the
+# field exists per role. The flags of the tuning settings a spec field chooses come from settings.TABLE.
 OWNED_FLAGS: Mapping[str, str] = {
     **settings.owned_flags(),
     "model": "the model is spec.model.name",
     "revision": "use spec.model.revision",
     "served_model_name": "use spec.model.servedName",
     "download_dir": "use spec.model.weights (cache and mountPath)",
-    "hf_token": "use spec.model.hfTokenSecretRef (a Secret reference; never put a token in the arguments)",
-    "api_key": "set extraEnv VLLM_API_KEY with valueFrom.secretKeyRef (never put a key in the arguments)",
     "host": "nvlfleet serves on all interfaces for the Service and the probes",
     "port": "nvlfleet serves on the port the Service and the probes use",
     "tensor_parallel_size": "use spec.roles.<role>.parallelism.tensor",
@@ -51,6 +50,13 @@ OWNED_FLAGS: Mapping[str, str] = {
     "eplb_config": "use spec.kernels.eplb",
     "compilation_config": "use spec.kernels.cudaGraph (mode, captureSizes, minBatch..maxBatch)",
     "max_cudagraph_capture_size": "use spec.kernels.cudaGraph.maxBatch",
+}
+
+# Flags that carry a secret: nvlfleet never renders them, and refuses them in extraArgs because a pod's arguments
+# are readable by anyone who may read the pod, and show up in its logs and events; with the reference to use.
+SECRET_FLAGS: Mapping[str, str] = {
+    "hf_token": "use spec.model.hfTokenSecretRef (a Secret reference)",
+    "api_key": "set extraEnv VLLM_API_KEY with valueFrom.secretKeyRef",
 }
 
 # Env vars that carry the data-parallel wiring nvlfleet passes as flags; setting them would contradict the flags.
@@ -97,8 +103,11 @@ def check_extra_args(
         index = positions[arg.index]
         where = problems.path("spec.extraArgs", index)
         dest = arg.flag.dest
+        if dest in SECRET_FLAGS:
+            out.error(where, f"{arg.spelling} would put a secret in the pod's arguments; {SECRET_FLAGS[dest]}")
+            continue
         if dest in OWNED_FLAGS:
-            out.error(where, f"{arg.spelling} is set by nvlfleet; {OWNED_FLAGS[dest]}")
+            out.error(where, f"{arg.spelling} is managed by nvlfleet; {OWNED_FLAGS[dest]}")
             continue
         if dest in seen:
             out.error(
@@ -165,7 +174,7 @@ def check_extra_env(
             )
             continue
         if name in OWNED_ENV:
-            out.error(f"{where}.name", f"{name} is set by nvlfleet; {OWNED_ENV[name]}")
+            out.error(f"{where}.name", f"{name} is managed by nvlfleet; {OWNED_ENV[name]}")
             continue
         if not version_facts.env_allowed(name):
             out.error(

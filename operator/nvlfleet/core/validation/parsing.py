@@ -17,18 +17,17 @@ from typing import Any
 
 import pydantic
 
-from nvlfleet.api import models, nesting, problems
+from nvlfleet.api import models, nesting, problems, schema
 from nvlfleet.core.validation import pod
 
 # What the API's string patterns mean, for messages ("is not a DNS label" rather than a regex).
 PATTERN_MEANINGS: Mapping[str, str] = {
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "a DNS-1123 label (lowercase letters, digits and '-', "
+    schema.DNS_LABEL: "a DNS-1123 label (lowercase letters, digits and '-', "
     "starting and ending with a letter or digit)",
     r"^([01][0-9]|2[0-3]):[0-5][0-9]$": "a UTC time of day HH:MM between 00:00 and 23:59",
     r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name (letters, digits and '_', not starting with a digit)",
-    r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$": "a Kubernetes quantity such as 64Gi",
-    r"^[1-9][0-9]*(m|Ki|Mi|Gi|Ti)?$": "a whole cpu or memory quantity such as 2, 500m or 1Gi (suffix m, Ki, Mi, Gi "
-    "or Ti)",
+    schema.UNSIGNED_QUANTITY: "a Kubernetes quantity without a minus sign, such as 64Gi, 1.5Gi or 1e9",
+    schema.WHOLE_QUANTITY: "a whole cpu or memory quantity such as 2, 500m or 1Gi (suffix m, Ki, Mi, Gi or Ti)",
     r"^[0-9]+\.[0-9]+\.[0-9]+$": "a version MAJOR.MINOR.PATCH such as 0.33.0",
     r"^[A-Z0-9_]+$": "an upper-case backend name such as FLASHMLA_SPARSE_DSV41",
     r"^[a-z0-9_]+$": "a lower-case name such as flashinfer_nvlink_one_sided",
@@ -38,14 +37,14 @@ PATTERN_MEANINGS: Mapping[str, str] = {
     r"^[^/]": "a relative path (not starting with /)",
     r"^[A-Za-z0-9._-]+$": "a revision (commit or tag: letters, digits, '.', '_' and '-')",
     r"^[A-Za-z0-9][A-Za-z0-9._/-]*$": "a Hugging Face repository id or path such as deepseek-ai/DeepSeek-V4.1-Flash",
-    r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$": "a container image reference such as vllm/vllm-openai:v0.33.0",
+    schema.IMAGE: "a container image reference such as vllm/vllm-openai:v0.33.0",
     r"^[A-Za-z0-9][A-Za-z0-9._:-]*$": "a served model name (letters, digits, '.', '_', ':' and '-')",
     r"^/.*": "an absolute path",
     r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$": "a Kubernetes label key such as "
     "nvidia.com/gpu.clique",
 }
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(schema.DNS_LABEL)
 
 
 def parse(obj: object) -> tuple[models.DeepSeekServing | None, list[problems.Problem]]:

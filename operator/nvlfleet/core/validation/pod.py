@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 
-from nvlfleet.api import models, problems
+from nvlfleet.api import models, problems, schema
 from nvlfleet.core.validation import findings
 
 _SHM = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount, sized by spec.pod.shmSize; not a temp file
 
-_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
+_QUANTITY = re.compile(schema.QUANTITY)
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
