@@ -15,7 +15,8 @@
   writes to nodes, pods or RBAC, wildcards, writes outside the watched namespace, other Leases).
 
 The chart is installed in its least-privileged shape: `operator.watchNamespaces` lists the one namespace the
-test's servings live in, so namespaced writes are granted by a RoleBinding there only.
+test's servings live in, so everything namespaced (reads included) is granted by a Role there only. That every
+grant is also *used* is proven from the API server's audit log by tests/integration/test_rbac_audit.py.
 """
 
 from __future__ import annotations
@@ -283,9 +284,18 @@ FORBIDDEN = [
     ("get", "leases.coordination.k8s.io/someone-else", "--namespace={release}"),
     ("create", "customresourcedefinitions", ""),
     ("*", "*", "--all-namespaces"),
+    # Nothing namespaced is read outside the watched namespace: not pods (their inline env), not servings.
+    ("list", "pods", "--all-namespaces"),
+    ("watch", "pods", "--namespace=default"),
+    ("get", "pods", "--namespace=default"),
+    ("list", "deepseekservings.nvlfleet.io", "--all-namespaces"),
+    ("list", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace=default"),
+    ("list", "services", "--all-namespaces"),
 ]
 ALLOWED = [
-    ("list", "deepseekservings.nvlfleet.io", "--all-namespaces"),
+    ("list", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
+    ("watch", "pods", "--namespace={watched}"),
+    ("list", "namespaces", ""),
     ("patch", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
     ("patch", "deepseekservings.nvlfleet.io/status", "--namespace={watched}"),
     ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace={watched}"),
