@@ -682,7 +682,7 @@ MANAGER_GRANT = {
     ("nvlfleet.io/deepseekservings", ("get", "list", "watch", "patch"), ()),
     ("nvlfleet.io/deepseekservings/status", ("patch",), ()),
     ("leaderworkerset.x-k8s.io/leaderworkersets", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
-    ("resource.nvidia.com/computedomains", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
+    ("resource.nvidia.com/computedomains", ("get", "list", "watch", "create", "patch", "delete"), ()),
     ("/services", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
     ("monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
     ("apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
