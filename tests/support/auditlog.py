@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 # Stages at which an event carries the response code; a watch still open when the log is read has only the first.
 _ANSWERED = ("ResponseStarted", "ResponseComplete")
@@ -41,11 +41,40 @@ class Request:
         return used
 
 
-def requests(path: pathlib.Path, username: str) -> list[Request]:
-    """Every request `username` made that the log holds, once each (an event per stage, one request)."""
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A place in the log: its file (by inode, which survives the rotation's rename) and the offset in it."""
+
+    inode: int
+    offset: int
+
+
+def mark(path: pathlib.Path) -> Mark:
+    """Where the log ends now: read `since` it, a test sees only its own time, not the hours of the log before."""
+    stat = path.stat()
+    return Mark(stat.st_ino, stat.st_size)
+
+
+def _lines_since(path: pathlib.Path, since: Mark | None) -> Iterator[str]:
+    """The log's lines after `since`; when the API server rotated the log since (it renames it to
+    `audit-<time>.log` beside it and starts a new one), the rest of the old file first."""
+    files = [(path, since.offset if since else 0)]
+    if since is not None and path.stat().st_ino != since.inode:
+        rotated = [p for p in path.parent.glob(f"{path.stem}-*{path.suffix}") if p.stat().st_ino == since.inode]
+        files = [(p, since.offset) for p in rotated] + [(path, 0)]
+    for file, offset in files:
+        with file.open("rb") as log:
+            log.seek(offset)
+            for raw in log:
+                yield raw.decode(errors="replace")
+
+
+def requests(path: pathlib.Path, username: str, since: Mark | None = None) -> list[Request]:
+    """Every request `username` made that the log holds (after `since`), once each (an event per stage, one
+    request)."""
     seen: dict[str, Request] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        if username not in line:  # cheap filter first: the log holds every identity's requests
+    for line in _lines_since(path, since):
+        if username not in line or not line.endswith("\n"):  # the user's, and whole (not being written)
             continue
         event = json.loads(line)
         if event.get("user", {}).get("username") != username or event.get("stage") not in _ANSWERED:

@@ -24,13 +24,13 @@ def event(
     }
     if ref:
         body["objectRef"] = ref
-    return json.dumps(body)
+    return json.dumps(body) + "\n"
 
 
 def test_a_request_is_its_verb_on_group_resource_and_subresource(tmp_path: pathlib.Path) -> None:
     log = tmp_path / "audit.log"
     log.write_text(
-        "\n".join(
+        "".join(
             [
                 event("list", 200, resource="pods", namespace="a"),
                 event("patch", 200, apiGroup="nvlfleet.io", resource="deepseekservings", subresource="status"),
@@ -52,7 +52,7 @@ def test_an_apply_that_created_its_object_used_create_too(tmp_path: pathlib.Path
 def test_only_the_users_requests_count_once_each_and_refusals_are_found(tmp_path: pathlib.Path) -> None:
     log = tmp_path / "audit.log"
     log.write_text(
-        "\n".join(
+        "".join(
             [
                 event("watch", 200, stage="ResponseStarted", audit_id="w", resource="nodes"),
                 event("watch", 200, stage="ResponseComplete", audit_id="w", resource="nodes"),
@@ -64,3 +64,29 @@ def test_only_the_users_requests_count_once_each_and_refusals_are_found(tmp_path
     made = auditlog.requests(log, ME)
     assert len(made) == 2
     assert [(r.verb, r.resource, r.name) for r in auditlog.refused(made)] == [("get", "/secrets", "s")]
+
+
+def test_since_a_mark_only_later_requests_count(tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text(event("get", 200, resource="nodes", name="before"))
+    since = auditlog.mark(log)
+    with log.open("a") as more:
+        more.write(event("get", 200, resource="nodes", name="after"))
+    assert [r.name for r in auditlog.requests(log, ME, since)] == ["after"]
+
+
+def test_a_log_rotated_since_the_mark_is_read_on_from_the_old_file_then_the_new(tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text(event("get", 200, resource="nodes", name="before"))
+    since = auditlog.mark(log)
+    with log.open("a") as more:
+        more.write(event("get", 200, resource="nodes", name="last-in-old"))
+    log.rename(tmp_path / "audit-2026-12-02T00-53-06.123.log")  # as the API server rotates it
+    log.write_text(event("get", 200, resource="nodes", name="first-in-new"))
+    assert [r.name for r in auditlog.requests(log, ME, since)] == ["last-in-old", "first-in-new"]
+
+
+def test_a_line_still_being_written_is_left_for_the_next_read(tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text(event("get", 200, resource="nodes", name="whole") + event("get", 200, resource="nodes")[:40])
+    assert [r.name for r in auditlog.requests(log, ME)] == ["whole"]
