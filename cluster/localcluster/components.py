@@ -7,6 +7,8 @@ Deliberate choices:
 - kube-apiserver runs the default admission chain plus NodeRestriction (so webhooks, ValidatingAdmissionPolicy,
   MutatingAdmissionPolicy, PodSecurity, ResourceQuota are real), RBAC + Node authorizers, ServiceAccount token
   issuance, and DRA (resource.k8s.io/v1, GA in this minor) with the DRA beta gates a ComputeDomain driver uses.
+  An audit log at Metadata level (`Layout.audit_log`, policy in data/audit-policy.yaml): what tests read to
+  prove an identity's RBAC grants are all used and none refused.
   `--endpoint-reconciler-type=none`: the `kubernetes` Service would otherwise get 127.0.0.1 as its endpoint,
   which Endpoints validation rejects (loopback); nothing in-cluster dials it here.
 - The controller-manager and scheduler authenticate with the identities default RBAC grants them, and the
@@ -32,6 +34,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_FALLBACK_POD_CIDR = "127.254.0.0/16"
+AUDIT_POLICY = "audit-policy.yaml"  # in data/, copied into the cluster's config directory
 FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
 
 
@@ -58,6 +61,11 @@ class Layout:
     @property
     def config(self) -> pathlib.Path:
         return self.root / "config"
+
+    @property
+    def audit_log(self) -> pathlib.Path:
+        """kube-apiserver's audit log (data/audit-policy.yaml says what it keeps)."""
+        return self.logs / "audit.log"
 
     @property
     def admin_kubeconfig(self) -> pathlib.Path:
@@ -133,6 +141,12 @@ def _kube_apiserver(layout: Layout) -> list[str]:
         "--profiling=false",
         f"--feature-gates={FEATURE_GATES}",
         f"--cert-dir={layout.root / 'apiserver-certs'}",
+        f"--audit-policy-file={layout.config / AUDIT_POLICY}",
+        f"--audit-log-path={layout.audit_log}",
+        # Written as requests complete (not batched), so a test reads a request it just made; rotated at 100 MB.
+        "--audit-log-mode=blocking",
+        "--audit-log-maxsize=100",
+        "--audit-log-maxbackup=1",
     ]
 
 

@@ -15,36 +15,30 @@
   writes to nodes, pods or RBAC, wildcards, writes outside the watched namespace, other Leases).
 
 The chart is installed in its least-privileged shape: `operator.watchNamespaces` lists the one namespace the
-test's servings live in, so namespaced writes are granted by a RoleBinding there only.
+test's servings live in, so everything namespaced (reads included) is granted by a Role there only. That every
+grant is also *used* is proven from the API server's audit log by tests/integration/test_rbac_audit.py.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
-import os
 import pathlib
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from localcluster import fleet
+
+from support import chartrelease
+from support.chartrelease import Release
 
 pytestmark = pytest.mark.integration
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "nvlfleet"
+CHART = chartrelease.CHART
 DSS = ("nvlfleet.io", "v1alpha1", "deepseekservings")
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 COMPUTE_DOMAIN = ("resource.nvidia.com", "v1beta1", "computedomains")
@@ -52,74 +46,29 @@ GUARDED_LABEL = "it.nvlfleet.io/chart-webhook"  # a namespace labelled with the 
 
 
 @dataclasses.dataclass(frozen=True)
-class Release:
-    name: str
-    namespace: str  # where the chart is installed (restricted Pod Security)
+class ChartRelease(Release):
     watched: str  # the one namespace whose servings the operator reconciles
     unwatched: str  # a namespace with a serving that is none of this operator's business
     guarded: str  # the one namespace the chart's webhook checks (once it carries GUARDED_LABEL)
-    fullname: str
-    service_account: str
-    kubectl: pathlib.Path
-    helm: pathlib.Path
-    admin_kubeconfig: pathlib.Path
-
-    def kubectl_run(self, *args: str, kubeconfig: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
-        config = str(kubeconfig or self.admin_kubeconfig)
-        return subprocess.run(
-            [str(self.kubectl), "--kubeconfig", config, *args], capture_output=True, text=True, check=False
-        )
-
-    def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.helm), "--kubeconfig", str(self.admin_kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-
-def _suffix() -> str:
-    return hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:5]
-
-
-def _create_namespace(core: client.CoreV1Api, name: str, labels: dict[str, str]) -> None:
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-
-
-def _delete_namespace(core: client.CoreV1Api, name: str) -> None:
-    try:
-        core.delete_namespace(name, propagation_policy="Background")
-    except ApiException as error:
-        if error.status != 404:
-            raise
 
 
 @pytest.fixture(scope="module")
-def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Release]:
+def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[ChartRelease]:
     core = client.CoreV1Api(api_client)
-    suffix = _suffix()
-    name = f"nvl{suffix}"
-    rel = Release(
-        name=name,
-        namespace=f"it-chart-{suffix}",
+    suffix = chartrelease.suffix()
+    rel = ChartRelease(
+        **dataclasses.asdict(chartrelease.release_for(local_cluster, f"nvl{suffix}", f"it-chart-{suffix}")),
         watched=f"it-chart-servings-{suffix}",
         unwatched=f"it-chart-others-{suffix}",
         guarded=f"it-chart-guarded-{suffix}",
-        fullname=f"{name}-nvlfleet",
-        service_account=f"{name}-nvlfleet",
-        kubectl=local_cluster.kubectl,
-        helm=local_cluster.helm,
-        admin_kubeconfig=local_cluster.kubeconfig,
     )
     restricted = {
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest",
     }
-    _create_namespace(core, rel.namespace, restricted)
-    _create_namespace(core, rel.watched, {})
-    _create_namespace(core, rel.unwatched, {})
-    _create_namespace(core, rel.guarded, {})
+    chartrelease.create_namespace(core, rel.namespace, restricted)
+    for namespace in (rel.watched, rel.unwatched, rel.guarded):
+        chartrelease.create_namespace(core, namespace)
     values = {
         "operator": {"watchNamespaces": [rel.watched]},
         # The cluster is shared with other tests: only a namespace of this test goes through this webhook. Nothing
@@ -128,44 +77,17 @@ def release(local_cluster: Any, api_client: client.ApiClient) -> Iterator[Releas
         # reconciles below live in `watched`, which the webhook does not select.
         "webhook": {"namespaceSelector": {"matchLabels": {GUARDED_LABEL: rel.name}}},
     }
-    values_file = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    installed = rel.helm_run("install", name, str(CHART), "--namespace", rel.namespace, "--values", str(values_file))
-    assert installed.returncode == 0, installed.stderr
     try:
-        yield rel
+        with chartrelease.installed(rel, values):
+            yield rel
     finally:
-        rel.helm_run("uninstall", name, "--namespace", rel.namespace, "--wait", "--timeout", "60s")
         for namespace in (rel.watched, rel.unwatched, rel.guarded, rel.namespace):
-            _delete_namespace(core, namespace)
-        values_file.unlink(missing_ok=True)
+            chartrelease.delete_namespace(core, namespace)
 
 
 @pytest.fixture(scope="module")
-def service_account_kubeconfig(release: Release, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A kubeconfig holding only a TokenRequest token of the chart's ServiceAccount (no client certificate)."""
-    token = release.kubectl_run(
-        "create", "token", release.service_account, "--namespace", release.namespace, "--duration", "2h"
-    )
-    assert token.returncode == 0, token.stderr
-    admin = yaml.safe_load(release.admin_kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    ca = (
-        cluster.get("certificate-authority-data")
-        or base64.b64encode(pathlib.Path(cluster["certificate-authority"]).read_bytes()).decode()
-    )
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
-        "users": [{"name": "operator", "user": {"token": token.stdout.strip()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-        "current-context": "operator",
-    }
-    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+def service_account_kubeconfig(release: ChartRelease, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return chartrelease.service_account_kubeconfig(release, tmp_path_factory.mktemp("sa"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -173,7 +95,7 @@ def service_account_kubeconfig(release: Release, tmp_path_factory: pytest.TempPa
 
 
 def test_the_restricted_namespace_admits_the_operators_pod_and_refuses_a_privileged_one(
-    release: Release, api_client: client.ApiClient, wait_for: Callable[..., Any]
+    release: ChartRelease, api_client: client.ApiClient, wait_for: Callable[..., Any]
 ) -> None:
     core = client.CoreV1Api(api_client)
     selector = f"app.kubernetes.io/instance={release.name}"
@@ -197,7 +119,9 @@ def test_the_restricted_namespace_admits_the_operators_pod_and_refuses_a_privile
     assert 'violates PodSecurity "restricted:latest"' in json.loads(refused.value.body)["message"]
 
 
-def test_an_upgrade_keeps_the_webhook_ca_the_api_server_trusts(release: Release, api_client: client.ApiClient) -> None:
+def test_an_upgrade_keeps_the_webhook_ca_the_api_server_trusts(
+    release: ChartRelease, api_client: client.ApiClient
+) -> None:
     core = client.CoreV1Api(api_client)
     admission = client.AdmissionregistrationV1Api(api_client)
     secret_name = f"{release.fullname}-webhook-tls"
@@ -218,18 +142,18 @@ def _refused_by_the_unanswered_webhook(error: ApiException) -> bool:
 
 
 def test_while_no_operator_answers_spec_writes_are_refused_and_metadata_writes_admitted(
-    release: Release, api_client: client.ApiClient, wait_for: Callable[..., Any]
+    release: ChartRelease, api_client: client.ApiClient, wait_for: Callable[..., Any]
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
     # Created before its namespace is selected (the webhook would refuse it), then the namespace joins the webhook.
     custom.create_namespaced_custom_object(
-        *DSS[:2], release.guarded, DSS[2], serving(release.guarded, "existing", fleet_name="no-racks")
+        *DSS[:2], release.guarded, DSS[2], chartrelease.serving(release.guarded, "existing", fleet_name="no-racks")
     )
     core.patch_namespace(release.guarded, {"metadata": {"labels": {GUARDED_LABEL: release.name}}})
 
     def create_is_refused(dry_run: str | None) -> ApiException | None:
-        unchecked = serving(release.guarded, "unchecked", fleet_name="no-racks")
+        unchecked = chartrelease.serving(release.guarded, "unchecked", fleet_name="no-racks")
         try:
             custom.create_namespaced_custom_object(*DSS[:2], release.guarded, DSS[2], unchecked, dry_run=dry_run)
         except ApiException as error:
@@ -283,9 +207,18 @@ FORBIDDEN = [
     ("get", "leases.coordination.k8s.io/someone-else", "--namespace={release}"),
     ("create", "customresourcedefinitions", ""),
     ("*", "*", "--all-namespaces"),
+    # Nothing namespaced is read outside the watched namespace: not pods (their inline env), not servings.
+    ("list", "pods", "--all-namespaces"),
+    ("watch", "pods", "--namespace=default"),
+    ("get", "pods", "--namespace=default"),
+    ("list", "deepseekservings.nvlfleet.io", "--all-namespaces"),
+    ("list", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace=default"),
+    ("list", "services", "--all-namespaces"),
 ]
 ALLOWED = [
-    ("list", "deepseekservings.nvlfleet.io", "--all-namespaces"),
+    ("list", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
+    ("watch", "pods", "--namespace={watched}"),
+    ("list", "namespaces", ""),
     ("patch", "deepseekservings.nvlfleet.io", "--namespace={watched}"),
     ("patch", "deepseekservings.nvlfleet.io/status", "--namespace={watched}"),
     ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "--namespace={watched}"),
@@ -301,7 +234,7 @@ ALLOWED = [
 ]
 
 
-def _can_i(release: Release, kubeconfig: pathlib.Path, verb: str, resource: str, scope: str) -> bool:
+def _can_i(release: ChartRelease, kubeconfig: pathlib.Path, verb: str, resource: str, scope: str) -> bool:
     scope = scope.format(release=release.namespace, watched=release.watched)
     resource = resource.format(lease=f"{release.fullname}-leader")
     args = ["auth", "can-i", verb, resource, *([scope] if scope else [])]
@@ -312,14 +245,14 @@ def _can_i(release: Release, kubeconfig: pathlib.Path, verb: str, resource: str,
 
 @pytest.mark.parametrize(("verb", "resource", "scope"), FORBIDDEN, ids=[" ".join(f) for f in FORBIDDEN])
 def test_the_service_account_is_refused(
-    release: Release, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
+    release: ChartRelease, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
 ) -> None:
     assert not _can_i(release, service_account_kubeconfig, verb, resource, scope)
 
 
 @pytest.mark.parametrize(("verb", "resource", "scope"), ALLOWED, ids=[" ".join(a) for a in ALLOWED])
 def test_the_service_account_is_allowed(
-    release: Release, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
+    release: ChartRelease, service_account_kubeconfig: pathlib.Path, verb: str, resource: str, scope: str
 ) -> None:
     # The other half of the check: the token is the chart's account, and its grants are in force.
     assert _can_i(release, service_account_kubeconfig, verb, resource, scope)
@@ -327,91 +260,6 @@ def test_the_service_account_is_allowed(
 
 # ---------------------------------------------------------------------------------------------------------------
 # Sufficient: a full reconcile with nothing but the chart's permissions
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class OperatorProcess:
-    """`nvlfleet run` on this machine, as the chart's Deployment runs it, with a kubeconfig instead of the pod's
-    mounted token; stopped by its PID."""
-
-    def __init__(self, release: Release, kubeconfig: pathlib.Path, workdir: pathlib.Path) -> None:
-        self.log_path = workdir / "operator.log"
-        self.cert_dir = workdir / "webhook-tls"
-        self._copy_webhook_certificate(release)
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "POD_NAME": f"{release.fullname}-test",
-            "POD_NAMESPACE": release.namespace,
-        }
-        command = [str(pathlib.Path(sys.executable).with_name("nvlfleet")), "run", *self.chart_args(release)]
-        self.process = subprocess.Popen(
-            command, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def _copy_webhook_certificate(self, release: Release) -> None:
-        """The Secret the chart mounts at --webhook-cert-dir, as files (the kubelet would do this)."""
-        secret = json.loads(
-            release.kubectl_run(
-                "get", "secret", f"{release.fullname}-webhook-tls", "-n", release.namespace, "-o", "json"
-            ).stdout
-        )
-        self.cert_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in secret["data"].items():
-            (self.cert_dir / name).write_bytes(base64.b64decode(data))
-
-    def chart_args(self, release: Release) -> list[str]:
-        """The Deployment's args, taken from the installed release (so the test runs what the chart runs), with
-        only the ports moved to free local ones and the certificate directory to the copied Secret."""
-        deployment = json.loads(
-            release.kubectl_run("get", "deployment", release.fullname, "-n", release.namespace, "-o", "json").stdout
-        )
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        local = {
-            "--metrics-port": str(_free_port()),
-            "--health-port": str(_free_port()),
-            "--webhook-port": str(_free_port()),
-            "--webhook-cert-dir": str(self.cert_dir),
-        }
-        args = []
-        for arg in container["args"]:
-            flag = arg.split("=", 1)[0]
-            args.append(f"{flag}={local[flag]}" if flag in local else arg)
-        return [*args, "--bind-address=127.0.0.1"]
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-def serving(namespace: str, name: str, fleet_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "nvlfleet.io/v1alpha1",
-        "kind": "DeepSeekServing",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash"},
-            "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
-            "gpu": "GB200",
-            "roles": {"decode": {"groups": 1, "parallelism": {"tensor": 1, "data": 4}}},
-            # Only this test's racks: the cluster is shared with tests running side by side.
-            "pod": {"nodeSelector": {fleet.LABEL_FLEET: fleet_name}},
-            "pricing": {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.6},
-        },
-    }
 
 
 def _condition(obj: dict[str, Any] | None, kind: str) -> str | None:
@@ -422,7 +270,7 @@ def _condition(obj: dict[str, Any] | None, kind: str) -> str | None:
 
 
 def test_the_operator_reconciles_with_only_the_charts_permissions(
-    release: Release,
+    release: ChartRelease,
     service_account_kubeconfig: pathlib.Path,
     api_client: client.ApiClient,
     fleet_factory: Callable[..., Any],
@@ -432,9 +280,9 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
     racks = fleet_factory(racks=1, gpu="GB200")
-    others = serving(release.unwatched, "someone-elses", racks.name)
+    others = chartrelease.serving(release.unwatched, "someone-elses", racks.name)
     custom.create_namespaced_custom_object(*DSS[:2], release.unwatched, DSS[2], others)
-    operator = OperatorProcess(release, service_account_kubeconfig, tmp_path)
+    operator = chartrelease.OperatorProcess(release, service_account_kubeconfig, tmp_path)
 
     def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         try:
@@ -443,7 +291,7 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; operator log:\n{operator.log()}")
 
     try:
-        flash = serving(release.watched, "flash", racks.name)
+        flash = chartrelease.serving(release.watched, "flash", racks.name)
         custom.create_namespaced_custom_object(*DSS[:2], release.watched, DSS[2], flash)
 
         def read() -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Hostile DeepSeekServings on the real API server: one object must never stop the operator for everyone.
 
 A serving nested 3,000 levels deep used to end kopf's watch stream (Python's ``json`` raises ``RecursionError``
-near 1,000 levels) and so the process, on every restart while the object existed — in any namespace, since
-servings are watched cluster-wide. The CRD now keeps no unknown fields anywhere, so such an object cannot be
-stored through it; these tests loosen the CRD's schema for a moment to store one anyway (as an older CRD, a
-hand-edited one or another operator could), and show the operator keeps reconciling the others.
+near 1,000 levels) and so the process, on every restart while the object existed — in any namespace the
+operator watches (every namespace, unless it runs with `--namespace`). The CRD now keeps no unknown fields
+anywhere, so such an object cannot be stored through it; these tests loosen the CRD's schema for a moment to store
+one anyway (as an older CRD, a hand-edited one or another operator could), and show the operator keeps reconciling
+the others.
 """
 
 from __future__ import annotations

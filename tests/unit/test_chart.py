@@ -357,21 +357,42 @@ def test_rbac_has_no_wildcards_no_secrets_and_no_escalation(
     assert {r[0] for r in rbac} == {f"{FULLNAME}-manager"}
 
 
+TWO_NAMESPACES = ["operator.watchNamespaces={inference-a,inference-b}"]
+
+
 def test_cluster_scoped_grants_are_read_only(helm: pathlib.Path) -> None:
     cluster = [r for r in rules(render(helm)) if r[0] == f"{FULLNAME}-cluster"]
     assert cluster and all(set(verbs) <= {"get", "list", "watch"} for _, _, verbs, _ in cluster)
 
 
-def test_watching_some_namespaces_binds_the_manager_role_only_there(helm: pathlib.Path) -> None:
-    objects = render(helm, sets=["operator.watchNamespaces={inference-a,inference-b}"])
-    bindings = [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    manager = [b for b in bindings if b["roleRef"]["name"] == f"{FULLNAME}-manager"]
-    assert sorted((b["kind"], b["metadata"].get("namespace")) for b in manager) == [
+def test_watching_some_namespaces_grants_the_manager_role_only_there(helm: pathlib.Path) -> None:
+    objects = render(helm, sets=TWO_NAMESPACES)
+    manager = [o for o in objects if o["metadata"]["name"] == f"{FULLNAME}-manager"]
+    assert sorted((o["kind"], o["metadata"].get("namespace")) for o in manager) == [
+        ("Role", "inference-a"),
+        ("Role", "inference-b"),
         ("RoleBinding", "inference-a"),
         ("RoleBinding", "inference-b"),
     ]
+    bindings = [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+        if binding["kind"] == "RoleBinding":  # a Role of its own namespace, never a ClusterRole bound there
+            assert binding["roleRef"]["kind"] == "Role"
+
+
+def test_watching_some_namespaces_reads_nothing_namespaced_cluster_wide(helm: pathlib.Path) -> None:
+    cluster_wide = {(r[1], r[2]) for r in rules(render(helm, sets=TWO_NAMESPACES)) if r[0] == f"{FULLNAME}-cluster"}
+    assert cluster_wide == {
+        ("/nodes", ("list", "watch")),
+        ("apiextensions.k8s.io/customresourcedefinitions", ("list", "watch")),
+        ("/namespaces", ("list", "watch")),
+    }
+    assert not [
+        o
+        for o in render(helm, sets=TWO_NAMESPACES)
+        if o["kind"] == "ClusterRoleBinding" and "manager" in o["metadata"]["name"]
+    ]
 
 
 def test_the_lease_is_granted_by_name_in_the_release_namespace_only(helm: pathlib.Path) -> None:
@@ -657,57 +678,87 @@ def test_the_sidecar_label_folder_and_namespace_are_configurable(helm: pathlib.P
     assert not [o for o in render(helm, sets=["grafana.dashboards.enabled=false"]) if o["kind"] == "ConfigMap"]
 
 
-def test_the_complete_grant(helm: pathlib.Path) -> None:
+MANAGER_GRANT = {
+    ("nvlfleet.io/deepseekservings", ("get", "list", "watch", "patch"), ()),
+    ("nvlfleet.io/deepseekservings/status", ("patch",), ()),
+    ("leaderworkerset.x-k8s.io/leaderworkersets", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
+    ("resource.nvidia.com/computedomains", ("get", "list", "watch", "create", "patch", "delete"), ()),
+    ("/services", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
+    ("monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
+    ("apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
+    ("/serviceaccounts", ("get", "list", "create", "patch", "delete"), ()),
+    ("rbac.authorization.k8s.io/roles", ("get", "list", "create", "patch", "delete"), ()),
+    ("rbac.authorization.k8s.io/rolebindings", ("get", "list", "create", "patch", "delete"), ()),
+    ("/pods", ("get", "list", "watch"), ()),
+    ("/events", ("create", "list"), ()),
+}
+LEADER_ELECTION_GRANT = {
+    ("leader-election", "coordination.k8s.io/leases", ("create",), ()),
+    ("leader-election", "coordination.k8s.io/leases", ("get", "update"), (f"{FULLNAME}-leader",)),
+}
+
+
+def grant(objects: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    """The rules of `objects` as (role without the full name, namespace or None, apiGroup/resource, verbs, names)."""
+    out = set()
+    for obj in objects:
+        if obj["kind"] in ("ClusterRole", "Role"):
+            for role, resource, verbs, resource_names in rules([obj]):
+                out.add(
+                    (
+                        role.removeprefix(f"{FULLNAME}-"),
+                        obj["metadata"].get("namespace"),
+                        resource,
+                        verbs,
+                        resource_names,
+                    )
+                )
+    return out
+
+
+def test_the_complete_grant_watching_every_namespace(helm: pathlib.Path) -> None:
     """Every permission the chart gives, in one table; each line is used by kube.py, main.py or kopf (see the
-    comments in templates/rbac.yaml), and tests/integration/test_chart_install.py runs the operator on exactly
-    this grant."""
-    granted = {(role.removeprefix(f"{FULLNAME}-"), *rest) for role, *rest in rules(render(helm))}
-    assert granted == {
-        ("cluster", "/nodes", ("list", "watch"), ()),
-        ("cluster", "/pods", ("list", "watch"), ()),
-        ("cluster", "leaderworkerset.x-k8s.io/leaderworkersets", ("list", "watch"), ()),
-        ("cluster", "resource.nvidia.com/computedomains", ("list", "watch"), ()),
-        ("cluster", "/services", ("list", "watch"), ()),
-        ("cluster", "nvlfleet.io/deepseekservings", ("list", "watch"), ()),
-        ("cluster", "apiextensions.k8s.io/customresourcedefinitions", ("list", "watch"), ()),
-        ("manager", "nvlfleet.io/deepseekservings", ("get", "patch"), ()),
-        ("manager", "nvlfleet.io/deepseekservings/status", ("patch",), ()),
-        ("manager", "leaderworkerset.x-k8s.io/leaderworkersets", ("get", "create", "patch", "update", "delete"), ()),
-        ("manager", "resource.nvidia.com/computedomains", ("get", "create", "patch", "update", "delete"), ()),
-        ("manager", "/services", ("get", "create", "patch", "update", "delete"), ()),
-        ("manager", "monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
-        ("manager", "apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
-        ("manager", "/serviceaccounts", ("get", "list", "create", "patch", "delete"), ()),
-        ("manager", "rbac.authorization.k8s.io/roles", ("get", "list", "create", "patch", "delete"), ()),
-        ("manager", "rbac.authorization.k8s.io/rolebindings", ("get", "list", "create", "patch", "delete"), ()),
-        ("manager", "/pods", ("get",), ()),
-        ("manager", "/events", ("create", "list"), ()),
-        ("leader-election", "coordination.k8s.io/leases", ("create",), ()),
-        ("leader-election", "coordination.k8s.io/leases", ("get", "update"), (f"{FULLNAME}-leader",)),
+    comments in templates/rbac.yaml), and tests/integration/test_rbac_audit.py proves them used on the API server."""
+    assert grant(render(helm)) == {
+        ("cluster", None, "/nodes", ("list", "watch"), ()),
+        ("cluster", None, "apiextensions.k8s.io/customresourcedefinitions", ("list", "watch"), ()),
+        *{("manager", None, *rule) for rule in MANAGER_GRANT},
+        *{(role, NAMESPACE, *rest) for role, *rest in LEADER_ELECTION_GRANT},
     }
 
 
-def held(helm: pathlib.Path) -> dict[str, set[str]]:
+def test_the_complete_grant_watching_two_namespaces(helm: pathlib.Path) -> None:
+    assert grant(render(helm, sets=TWO_NAMESPACES)) == {
+        ("cluster", None, "/nodes", ("list", "watch"), ()),
+        ("cluster", None, "apiextensions.k8s.io/customresourcedefinitions", ("list", "watch"), ()),
+        ("cluster", None, "/namespaces", ("list", "watch"), ()),
+        *{("manager", namespace, *rule) for rule in MANAGER_GRANT for namespace in ("inference-a", "inference-b")},
+        *{(role, NAMESPACE, *rest) for role, *rest in LEADER_ELECTION_GRANT},
+    }
+
+
+def held(helm: pathlib.Path, sets: list[str] | None = None) -> dict[str, set[str]]:
     """What the operator may do in a served namespace, per apiGroup/resource: its cluster and manager grants."""
     out: dict[str, set[str]] = {}
-    for role, resource, verbs, resource_names in rules(render(helm)):
+    for role, resource, verbs, resource_names in rules(render(helm, sets=sets or [])):
         if role in (f"{FULLNAME}-cluster", f"{FULLNAME}-manager") and not resource_names:
             out.setdefault(resource, set()).update(verbs)
     return out
 
 
+@pytest.mark.parametrize("sets", [[], TWO_NAMESPACES], ids=["all-namespaces", "two-namespaces"])
 def test_the_operator_holds_what_the_routers_role_grants_so_it_needs_neither_escalate_nor_bind(
-    helm: pathlib.Path,
+    helm: pathlib.Path, sets: list[str]
 ) -> None:
     from nvlfleet.core import router
 
     role = router.role(sb.serving(), "dsv41-router")
-    grant = held(helm)
+    holds = held(helm, sets)
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                assert set(rule["verbs"]) <= grant.get(f"{group}/{resource}", set()), (group, resource)
-    verbs = {verb for _, _, rule_verbs, _ in rules(render(helm)) for verb in rule_verbs}
+                assert set(rule["verbs"]) <= holds.get(f"{group}/{resource}", set()), (group, resource)
+    verbs = {verb for _, _, rule_verbs, _ in rules(render(helm, sets=sets)) for verb in rule_verbs}
     assert not verbs & {"escalate", "bind", "impersonate", "*"}
 
 

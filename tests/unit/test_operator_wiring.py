@@ -48,6 +48,15 @@ def test_nvlfleet_runs_flags_become_the_operators_settings() -> None:
     )
 
 
+def test_with_namespaces_kopf_watches_only_them() -> None:
+    scope = run.kopf_scope(run.config_of(parsed("--namespace", "team-b", "--namespace", "team-a")))
+    assert scope == (False, ["team-a", "team-b"])  # not cluster-wide: those namespaces only
+
+
+def test_without_namespaces_kopf_watches_the_whole_cluster() -> None:
+    assert run.kopf_scope(run.config_of(parsed("--all-namespaces"))) == (True, [])
+
+
 def test_without_kubeconfig_flag_nvlfleet_run_uses_the_kubeconfig_environment_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

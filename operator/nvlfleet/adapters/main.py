@@ -12,9 +12,9 @@ probe and activity (a shallow copy per object, so all of them share the one oper
 * **Nodes, GPU pods and nvlfleet's LeaderWorkerSets are watched through kopf indexes** (informer caches that
   kopf fills before any handler runs), each object trimmed and parsed once per watch event
   (``nvlfleet.adapters.caches``): parsing a thousand nodes on every pass was a quarter of the operator's CPU.
-  Watch events nudge the servings they affect (``nvlfleet.adapters.nudges``). Nodes and GPU pods are watched
-  cluster-wide even when only some namespaces' servings are reconciled: free capacity in a rack is a cluster
-  fact.
+  Watch events nudge the servings they affect (``nvlfleet.adapters.nudges``). With ``--namespace``, kopf watches
+  every namespaced kind (servings, children, GPU pods) in those namespaces only (``nvlfleet run`` starts it
+  so), and nodes cluster-wide: the operator reads nothing of namespaces it does not serve.
 * **Leader election** is a ``coordination.k8s.io`` Lease (``nvlfleet.adapters.election``), which fences the
   operator's writes; kopf's own peering is switched off (it pauses operators by priority but does not elect). A
   standby runs all of this, warm, and writes nothing: kopf writes on a DeepSeekServing only around its changing
@@ -64,11 +64,11 @@ def _operator(memo: Any) -> Operator:
 class _FencedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf's diff-base annotation, written only on servings this replica reconciles, and only while it may write.
 
-    kopf watches DeepSeekServings cluster-wide (GPU pods and nodes of every namespace count for placement) and
-    stores its diff base on every object one of its handlers matches. The handlers' filter (``_reconciled``) keeps
-    kopf off other namespaces' servings (another nvlfleet instance's, which the chart's namespaced RBAC would not
-    let it annotate anyway) and off every serving while this replica stands by; this is the same rule again at the
-    moment of writing, for a leader whose Lease lapsed while a handler ran: the diff base is stored after it.
+    kopf stores its diff base on every object one of its handlers matches. The handlers' filter (``_reconciled``)
+    keeps kopf off other namespaces' servings (``kopf run`` without ``--namespace`` watches them all, though
+    ``NVLFLEET_NAMESPACES`` names some) and off every serving while this replica stands by; this is the same rule
+    again at the moment of writing, for a leader whose Lease lapsed while a handler ran:
+    the diff base is stored after it.
     """
 
     def __init__(self, op: Operator, *, prefix: str, key: str) -> None:

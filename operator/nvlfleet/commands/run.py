@@ -1,9 +1,11 @@
 """``nvlfleet run``: run the operator (kopf) against the current cluster.
 
 The flags become the operator's ``Config``; this command builds the ``Operator`` from it and starts kopf with
-the handlers of ``nvlfleet.adapters.main``, handing it the operator in kopf's ``memo``. kopf runs cluster-wide:
-nodes and GPU pods are always watched everywhere because a rack's free capacity is a cluster fact;
-``--namespace`` limits which DeepSeekServings are reconciled.
+the handlers of ``nvlfleet.adapters.main``, handing it the operator in kopf's ``memo``. ``--namespace`` limits
+every namespaced watch, list and index (DeepSeekServings, their children, GPU pods) to those namespaces, so the
+chart's RBAC can end where the operator's reach ends; only nodes (and CRDs, namespaces for kopf) are read
+cluster-wide. The planner then counts only GPUs held by pods in those namespaces: a group planned onto GPUs a
+foreign pod holds waits Pending for the scheduler (give nvlfleet racks of its own, or watch every namespace).
 
 **Leader election** (``--leader-election-lease``, ``nvlfleet.adapters.election``): a replica runs kopf from the
 start, leader or not — a *warm* standby, its watches and indexes filled, its handlers running — with every write
@@ -155,6 +157,12 @@ def config_of(args: argparse.Namespace) -> Config:
     )
 
 
+def kopf_scope(config: Config) -> tuple[bool, list[str]]:
+    """kopf's ``clusterwide`` and ``namespaces``: every namespace, or only the reconciled ones for every namespaced
+    watch, list and index (nodes stay cluster-wide, being cluster-scoped), so no cluster-wide grant is needed."""
+    return not config.namespaces, sorted(config.namespaces)
+
+
 def listened(args: argparse.Namespace) -> list[tuple[str, int]]:
     """Every address this process listens on, as (host, port): metrics, liveness, webhook (ports 0 left out)."""
     webhook_host = args.bind_address if args.webhook_cert_dir else args.webhook_host  # as webhook.configure_server
@@ -209,10 +217,12 @@ async def _operate(args: argparse.Namespace, config: Config) -> int:
             if not leadership.won.is_set():
                 return 1  # the election failed before this replica ever led
     liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
+    clusterwide, namespaces = kopf_scope(config)
     log.info("nvlfleet operator %s starting (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
     try:
         await kopf.operator(
-            clusterwide=True,
+            clusterwide=clusterwide,
+            namespaces=namespaces,
             standalone=True,
             stop_flag=stop,
             liveness_endpoint=liveness,
