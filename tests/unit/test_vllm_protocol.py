@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import pathlib
-import socket
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,8 +12,8 @@ from prometheus_client import parser
 
 from nvlfleet.facts import vllm_metrics
 from nvlfleet.sim import kvtransfer, simulator, vllmsim
+from support import routerprocess
 
-ROUTER = pathlib.Path(sys.executable).with_name("vllm-router")  # installed by the [dev] extras
 IDLE = vllmsim.Load()  # no published rates: /metrics shows exactly the requests served
 MODEL = vllmsim.DEFAULT_MODEL
 PROMPT = "one two three four five six seven eight nine ten"  # 10 simulated tokens
@@ -244,39 +239,17 @@ def test_health_and_models_answer_like_vllm() -> None:
     run(scenario)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def test_the_real_vllm_router_runs_the_two_stage_exchange_against_it() -> None:
     """vllm-router 0.1.17 (the wheel in .venv) in P/D mode in front of a 2-engine prefill and a decode server."""
 
     async def scenario(sim: simulator.Simulator, session: Session) -> None:
         prefill = await sim.add("127.0.0.1", 0, load=IDLE, engines=2, kv=PRODUCER)
         decode = await sim.add("127.0.0.1", 0, load=IDLE, kv=CONSUMER)
-        port = _free_port()
-        argv = [str(ROUTER), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
-        argv += ["--prefill", prefill.url, "--decode", decode.url, "--policy", "round_robin"]
-        argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())]
-        router = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            for _ in range(300):  # up to 60 s on a loaded machine; it is ready in about 2 s
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(url + "/readiness") as response:
-                        if response.status == 200:
-                            break
-                await asyncio.sleep(0.2)
+        async with routerprocess.pd_router([prefill.url], [decode.url]) as url:
             for _ in range(4):
                 async with session.post(url + "/v1/completions", json=completion(6)) as response:
                     assert response.status == 200
                     assert (await response.json())["usage"]["completion_tokens"] == 6
-        finally:
-            router.terminate()
-            await router.wait()
         assert await counter(session, prefill, GENERATION_TOTAL) == {"0": 2.0, "1": 2.0}  # 1 token per request
         assert await counter(session, decode, BY_SOURCE, source="external_kv_transfer") == {"0": 40.0}
         assert await counter(session, decode, GENERATION_TOTAL) == {"0": 24.0}

@@ -66,7 +66,8 @@ class Mode(enum.StrEnum):
 class Load:
     """Ground truth for one server (all its DP engines together): rates per second and in-flight gauges.
 
-    ``prompt`` counts every prompt token, ``prompt_cached`` the prefix-cache hits among them. With
+    ``prompt`` counts every prompt token, ``prompt_cached`` the prefix-cache hits among them and
+    ``prompt_external`` those whose KV arrived by transfer from a prefill engine (a P/D decode). With
     ``speculative_tokens`` K > 0 the engine speculates: each draft proposes K tokens of which a fraction
     ``acceptance_rate`` is accepted, so generation = drafts × (1 + acceptance_rate × K).
     """
@@ -80,12 +81,15 @@ class Load:
     speculative_tokens: int = 0
     acceptance_rate: float = 0.0
     mean_output_tokens: float = 1024.0  # per request, to derive request counts and per-request histograms
+    prompt_external: float = 0.0
 
     def __post_init__(self) -> None:
         if min(self.prompt, self.prompt_cached, self.generation, self.running_requests, self.waiting_requests) < 0:
             raise ValueError("rates and gauges must not be negative")
         if self.prompt_cached > self.prompt:
             raise ValueError("prompt_cached is a subset of prompt and cannot exceed it")
+        if self.prompt_external < 0 or self.prompt_cached + self.prompt_external > self.prompt:
+            raise ValueError("prompt_cached and prompt_external are disjoint subsets of prompt")
         if not 0 <= self.acceptance_rate <= 1 or self.speculative_tokens < 0:
             raise ValueError("acceptance_rate must lie in [0, 1] and speculative_tokens must be >= 0")
         if self.mean_output_tokens <= 0:
@@ -119,12 +123,17 @@ class Load:
 
 # Share of a family's rate that goes to each value of its extra label (the rest of the values get 0).
 def _label_shares(load: Load) -> dict[str, dict[str, float]]:
-    uncached_share = (load.prompt - load.prompt_cached) / load.prompt if load.prompt else 0.0
+    cached_share = load.prompt_cached / load.prompt if load.prompt else 0.0
+    external_share = load.prompt_external / load.prompt if load.prompt else 0.0
     k = load.speculative_tokens
     # Acceptance falls with draft position; shares ∝ 0.8^position.
     weights = [0.8**p for p in range(k)]
     return {
-        "vllm:prompt_tokens_by_source": {"local_compute": uncached_share, "local_cache_hit": 1 - uncached_share},
+        vllm_metrics.PROMPT_TOKENS_BY_SOURCE: {
+            vllm_metrics.SOURCE_LOCAL_COMPUTE: (1 - cached_share - external_share) if load.prompt else 0.0,
+            vllm_metrics.SOURCE_LOCAL_CACHE_HIT: cached_share,
+            vllm_metrics.SOURCE_EXTERNAL_KV_TRANSFER: external_share,
+        },
         "vllm:prompt_tokens_cached_by_source": {"device": 1.0},
         "vllm:request_success": {"stop": 0.9, "length": 0.1},
         "vllm:num_requests_waiting_by_reason": {"capacity": 1.0},
