@@ -358,7 +358,13 @@ def _wait_ready(api: client.ApiClient, options: Options, step: Say) -> list[dict
     deadline = time.monotonic() + options.timeout
     last = ""
     while True:
-        servings = _servings(api, options)
+        try:
+            servings = _servings(api, options)
+        except ApiException as error:  # 429 "storage is (re)initializing" while a CRD is (re)installed: retry
+            if error.status != 429 or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+            continue
         ready = [s for s in servings if _is_ready(s)]
         reporting = [s for s in ready if _reports(s)]
         line = (

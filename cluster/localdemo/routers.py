@@ -14,8 +14,9 @@ engines' port. kwok gives every pod a loopback IP and the agent serves each lead
 listens on 127.0.0.1 rather than on its own pod IP: nothing the demo starts binds a Service address, and a
 client reaches it by the URL in ``routers.json``.
 
-Each process's PID, argv, URLs and serving are recorded in ``<root>/routers.json``; a router whose pod is gone, or
-whose args changed, is stopped by that PID (``localcluster.processes``), and ``make demo-down`` stops the rest.
+Each process's PID, executable, argv, URLs and serving are recorded in ``<root>/routers.json``; a router whose pod
+is gone, or whose args changed, is stopped by that PID (``localcluster.processes``: only while the PID still runs
+that executable), and ``make demo-down`` stops any the agent left behind.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ log = logging.getLogger("localdemo.routers")
 
 SELECTOR = f"{names.COMPONENT_LABEL}={names.ROUTER_COMPONENT}"
 BINARY = pathlib.Path(sys.executable).with_name("vllm-router")  # installed by the [dev] extras
+# A router is known by its executable, not its argv: a few seconds after start it retitles itself "vllm::router"
+# (its /proc/<pid>/cmdline changes), while /proc/<pid>/exe stays the Python that runs the launcher.
+EXE = pathlib.Path(os.path.realpath(sys.executable))
 LOOPBACK = "127.0.0.1"
 TOKEN_SECONDS = 24 * 3600  # a demo day; the token dies with its pod anyway (bound to it)
 STATE_FILE = "routers.json"
@@ -76,6 +80,7 @@ class Running:
             "serving": self.pod.serving,
             "pod": self.pod.pod,
             "pid": self.pid,
+            "exe": str(EXE),
             "argv": self.argv,
             "url": self.url,
             "metricsUrl": self.metrics_url,
@@ -112,9 +117,9 @@ def stop_recorded(root: pathlib.Path) -> list[str]:
     """Stop every router recorded under ``root`` by its PID (a PID running something else is left alone)."""
     stopped = []
     for entry in read_state(root):
-        pid, argv = entry.get("pid"), entry.get("argv") or []
-        if processes.alive(pid, argv):
-            processes.stop(pid, argv, timeout=10.0)
+        pid, exe = entry.get("pid"), pathlib.Path(entry.get("exe") or EXE)
+        if processes.alive(pid, exe):
+            processes.stop(pid, exe, timeout=10.0)
             stopped.append(f"vllm-router for {entry.get('serving')} (pid {pid})")
     (root / STATE_FILE).unlink(missing_ok=True)
     return stopped
@@ -155,7 +160,7 @@ class Routers:
         wanted = {p.pod: p for p in self.pods()}
         for name in list(self.running):
             current = self.running[name]
-            if wanted.get(name) != current.pod or not processes.alive(current.pid, current.argv):
+            if wanted.get(name) != current.pod or not processes.alive(current.pid, EXE):
                 self._stop(name)
         for name, pod in wanted.items():
             if name not in self.running:
@@ -170,7 +175,7 @@ class Routers:
 
     def _stop(self, name: str) -> None:
         gone = self.running.pop(name)
-        processes.stop(gone.pid, gone.argv, timeout=10.0)
+        processes.stop(gone.pid, EXE, timeout=10.0)
         log.info("router pod %s gone or changed: stopped vllm-router pid %d", name, gone.pid)
 
     def _start(self, pod: RouterPod) -> Running:
