@@ -11,7 +11,7 @@ import sys
 
 from localcluster import errors
 
-from localdemo import demo
+from localdemo import demo, frontdoor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser("up", help="start (or reuse) the demo and print what to look at")
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every serving to report")
     commands.add_parser("down", help="stop the demo's processes by their recorded PIDs and remove its objects")
-    agent = commands.add_parser("agent", help="(background) ComputeDomain stand-in and simulated vLLM leaders")
+    agent = commands.add_parser(
+        "agent", help="(background) ComputeDomain stand-in, simulated vLLM leaders, real routers"
+    )
     agent.add_argument("--kubeconfig", type=pathlib.Path, required=True)
     agent.add_argument("--namespace", required=True)
     agent.add_argument("--targets-file", type=pathlib.Path, required=True, help="Prometheus file_sd output")
+    agent.add_argument("--state-dir", type=pathlib.Path, required=True, help="where router PIDs and logs go")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -33,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from localdemo import agent as agent_process
 
-            return agent_process.main(args.kubeconfig, args.namespace, args.targets_file)
+            return agent_process.main(args.kubeconfig, args.namespace, args.targets_file, args.state_dir)
     except errors.ComponentError as error:
         print(error.line(), file=sys.stderr)
         return 1
-    except (demo.DemoError, TimeoutError) as error:
+    except (demo.DemoError, frontdoor.FrontDoorError, TimeoutError) as error:
         print(f"demo: {error}", file=sys.stderr)
         return 1
     return 0

@@ -4,7 +4,9 @@ One background process (``python -m localdemo agent``), one pass per second over
 
     ComputeDomains ──► ResourceClaimTemplates (localcluster.computedomains: the pods' IMEX claims can schedule)
     leader pods (Running, with an IP) ──► one simulated vLLM 0.33 server on podIP:http at workload.load(...)
+                                          (a P/D serving's prefill a KV producer, its decode a KV consumer)
                                       ──► Prometheus file_sd targets (labels namespace, serving, role, domain, pod)
+    router pods (Running)             ──► the real vllm-router binary with the pod's args (``localdemo.routers``)
 
 kwok gives every pod a loopback IP, so the simulated server listens exactly where the operator looks for the
 leader's /metrics. A leader that goes away loses its server; a serving whose shape changes gets new rates. The
@@ -28,10 +30,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import computedomains
 
-from localdemo import workload
+from localdemo import routers, workload
 from nvlfleet.api import models, names
 from nvlfleet.core import render
-from nvlfleet.sim import simulator, vllmsim
+from nvlfleet.sim import kvtransfer, simulator, vllmsim
 
 log = logging.getLogger("localdemo.agent")
 
@@ -50,16 +52,20 @@ class Leader:
     load: vllmsim.Load
     engines: int
     model: str
+    kv: kvtransfer.KvConfig | None = None
 
     def labels(self) -> dict[str, str]:
         return {"namespace": self.namespace, "serving": self.serving, "role": self.role.value}
 
 
 class Agent:
-    def __init__(self, api: client.ApiClient, namespace: str, targets_file: pathlib.Path) -> None:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, targets_file: pathlib.Path, front_doors: routers.Routers
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.targets_file = targets_file
+        self.routers = front_doors
         self.sim = simulator.Simulator()
         self.serving: dict[tuple[str, int], tuple[vllmsim.Endpoint, Leader]] = {}
         self._domains: dict[str, str] = {}  # node name -> NVLink domain (its clique label)
@@ -74,6 +80,7 @@ class Agent:
                 log.warning("pass failed: %s", err)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
+        await asyncio.to_thread(self.routers.close)
         await self.sim.close()
 
     async def sync(self) -> None:
@@ -87,13 +94,18 @@ class Agent:
             log.info("leader %s/%s gone: stopped its server on %s:%d", gone.namespace, gone.pod, *address)
         for address, leader in leaders.items():
             await self.serve(address, leader)
+        await asyncio.to_thread(self.routers.sync)
         self.write_targets()
 
     async def serve(self, address: tuple[str, int], leader: Leader) -> None:
         current = self.serving.get(address)
         if current is not None and current[1] == leader:
             return
-        if current is not None and (current[1].engines, current[1].model) == (leader.engines, leader.model):
+        if current is not None and (current[1].engines, current[1].model, current[1].kv) == (
+            leader.engines,
+            leader.model,
+            leader.kv,
+        ):
             current[0].set_load(leader.load)
             self.serving[address] = (current[0], leader)
             log.info("leader %s/%s: new load %s", leader.namespace, leader.pod, leader.load)
@@ -101,7 +113,9 @@ class Agent:
         if current is not None:
             await self.sim.set_mode(current[0], vllmsim.Mode.DOWN)
         try:
-            endpoint = await self.sim.add(*address, load=leader.load, engines=leader.engines, model_name=leader.model)
+            endpoint = await self.sim.add(
+                *address, load=leader.load, engines=leader.engines, model_name=leader.model, kv=leader.kv
+            )
         except OSError as err:
             log.warning("cannot listen on %s:%d for %s/%s: %s", *address, leader.namespace, leader.pod, err)
             return
@@ -150,6 +164,7 @@ class Agent:
                 load=load,
                 engines=engines,
                 model=models.served_name(serving),
+                kv=workload.kv_config(serving, role),
             )
         return found
 
@@ -164,7 +179,7 @@ class Agent:
         groups = [
             {"targets": [f"{host}:{port}"], "labels": {**leader.labels(), "domain": leader.domain, "pod": leader.pod}}
             for (host, port), (_, leader) in sorted(self.serving.items())
-        ]
+        ] + self.routers.targets()
         text = json.dumps(groups, indent=1) + "\n"
         if text == self._targets:
             return
@@ -181,7 +196,7 @@ def _http_port(pod: Any) -> int:
     return int(named[0] if named else ports[0].container_port if ports else 8000)
 
 
-def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path) -> int:
+def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path, state_dir: pathlib.Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:
@@ -191,7 +206,8 @@ def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path) -
             loop.add_signal_handler(sig, stop.set)
         api = config.new_client_from_config(config_file=str(kubeconfig))
         try:
-            await Agent(api, namespace, targets_file).run(stop)
+            front_doors = routers.Routers(api, kubeconfig, namespace, state_dir)
+            await Agent(api, namespace, targets_file, front_doors).run(stop)
         finally:
             api.close()
 

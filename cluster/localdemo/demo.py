@@ -10,7 +10,9 @@ The steps, each one reusing what already runs, so `make demo` twice changes noth
  6. Prometheus (Debian's package via ``localprometheus``) scraping the operator and the leaders, with the
     chart's alert rules loaded;
  7. the GB200/GB300 examples, each with a nodeSelector that keeps it on the demo's racks;
- 8. wait until every serving is Ready and reports tokens/s and $/GPU-hour, then print what to look at.
+ 8. wait until every serving is Ready and reports tokens/s and $/GPU-hour;
+ 9. send a small, bounded stream of real requests through each serving's router (``localdemo.frontdoor``: the
+    real vllm-router the agent runs for each router pod), then print what to look at, with a working curl.
 
 Background processes (operator, agent, Prometheus) record their PID and command line under ``.demo/`` and log
 there (``localcluster.processes``); ``down`` stops exactly those PIDs (a PID whose command line differs is not ours
@@ -41,7 +43,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import binaries, cluster, computedomains, fleet, processes
 
-from nvlfleet.api import names
+from localdemo import frontdoor, routers
+from nvlfleet.api import models, names
 from nvlfleet.core import inventory
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -82,6 +85,7 @@ class Result:
     servings: list[dict[str, Any]]
     prometheus_url: str
     text: str
+    traffic: list[frontdoor.Traffic] = dataclasses.field(default_factory=list)
 
 
 def say(message: str) -> None:
@@ -112,12 +116,14 @@ def up(options: Options | None = None, progress: Say = say) -> Result:
         _apply_examples(running, options, step)
         servings = _wait_ready(api, options, step)
         step("every serving is Ready and reports tokens/s and $/GPU-h")
-        text = _report(api, running, options, prometheus, nodes)
+        step(f"requests through each serving's vllm-router ({frontdoor.REQUESTS} each)")
+        traffic = frontdoor.exercise(options.root, options.namespace, servings, step)
+        text = _report(api, running, options, prometheus, nodes) + _requests_report(traffic, servings)
     finally:
         api.close()
     state.save()
     print(text, flush=True)
-    return Result(servings, prometheus, text)
+    return Result(servings, prometheus, text, traffic)
 
 
 def _fleet(api: client.ApiClient, options: Options, step: Say) -> list[dict[str, Any]]:
@@ -274,6 +280,7 @@ def _agent(running: cluster.Cluster, options: Options, state: _State, step: Say)
         "--kubeconfig", str(running.kubeconfig),
         "--namespace", options.namespace,
         "--targets-file", str(_targets_file(options)),
+        "--state-dir", str(options.root),
     ]  # fmt: skip
     process = state.process("agent", argv)
     if process.running():
@@ -351,7 +358,13 @@ def _wait_ready(api: client.ApiClient, options: Options, step: Say) -> list[dict
     deadline = time.monotonic() + options.timeout
     last = ""
     while True:
-        servings = _servings(api, options)
+        try:
+            servings = _servings(api, options)
+        except ApiException as error:  # 429 "storage is (re)initializing" while a CRD is (re)installed: retry
+            if error.status != 429 or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+            continue
         ready = [s for s in servings if _is_ready(s)]
         reporting = [s for s in ready if _reports(s)]
         line = (
@@ -419,10 +432,27 @@ def _report(
         f"Grafana     import {_rel(DASHBOARDS)}/*.json with a Prometheus data source at {prometheus}",
         f"kubectl     export KUBECONFIG={running.kubeconfig} PATH={binaries.path_dir()}:$PATH",
         f"            kubectl describe dss -n {options.namespace}",
-        f"Logs        {_rel(options.root)}/operator.log, agent.log, prometheus/prometheus.log",
+        f"Logs        {_rel(options.root)}/operator.log, agent.log, routers/*.log, prometheus/prometheus.log",
         "Stop        make demo-down   (then make cluster-down to stop the cluster too)",
     ]
     return "\n".join(lines)
+
+
+def _requests_report(traffic: list[frontdoor.Traffic], servings: list[dict[str, Any]]) -> str:
+    """The requests table and a curl that was just answered (empty without a router)."""
+    if not traffic:
+        return ""
+    served = {s["metadata"]["name"]: models.served_name(models.DeepSeekServing.model_validate(s)) for s in servings}
+    first = traffic[0]
+    return "\n".join(
+        [
+            "",
+            "Requests through each serving's vllm-router (the real 0.1.17 binary, one per router pod; it finds the",
+            "engines by Kubernetes discovery with a token of its own ServiceAccount):",
+            _table(*frontdoor.table(traffic)),
+            f"Try it      {frontdoor.curl(first, served[first.serving])}",
+        ]
+    )
 
 
 def _placement_table(api: client.ApiClient, options: Options, nodes: list[dict[str, Any]]) -> str:
@@ -518,6 +548,7 @@ def down(options: Options | None = None, progress: Say = say) -> list[str]:
             if process.running():
                 stopped.append(f"{name} (pid {process.pid()})")
                 process.stop()
+        stopped += routers.stop_recorded(options.root)  # the agent stops its routers; these outlived a crash
         prometheus_pid = processes.read_pid(options.root / "prometheus" / "prometheus.pid")
         if processes.alive(prometheus_pid, state.processes.get("prometheus") or []):
             stopped.append(f"prometheus (pid {prometheus_pid})")

@@ -18,7 +18,7 @@ import dataclasses
 
 from nvlfleet.api import models
 from nvlfleet.core import profiles
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import kvtransfer, vllmsim
 
 # Announced GB300 figure (vLLM, 2026-10-21), split as pricing.md's check value.
 ANNOUNCED_GB300_CACHED_INPUT = 986_900.0
@@ -94,3 +94,11 @@ def load(serving: models.DeepSeekServing, role: models.RoleName) -> tuple[vllmsi
         mean_output_tokens=1.0 if prefill else 1024.0,
     )
     return group, engines
+
+
+def kv_config(serving: models.DeepSeekServing, role: models.RoleName) -> kvtransfer.KvConfig | None:
+    """A P/D serving's engines carry NixlConnector: prefill produces KV, decode consumes it; otherwise none."""
+    if serving.spec.roles.prefill is None:
+        return None
+    kv_role = kvtransfer.KvRole.PRODUCER if role == models.RoleName.PREFILL else kvtransfer.KvRole.CONSUMER
+    return kvtransfer.KvConfig(role=kv_role)

@@ -2,8 +2,9 @@
 
 The demo gets its own namespace, fleet name and state directory, so it runs beside a user's `make demo` and
 other tests. It must print `kubectl get dss` with every serving Ready and non-zero TOKENS/S and $/GPU-H (the
-numbers the operator measured from the simulated vLLM leaders), Prometheus must answer the sample query, and
-`down` must stop exactly the processes `up` started and remove the fleet.
+numbers the operator measured from the simulated vLLM leaders), Prometheus must answer the sample query, every
+serving must answer its requests through the real vllm-router, and `down` must stop exactly the processes `up`
+started (the routers with the agent) and remove the fleet.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 import pytest
 from kubernetes import client
 from localcluster import fleet as fleets
-from localdemo import demo
+from localdemo import demo, frontdoor, routers
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,7 @@ def test_demo_prints_ready_servings_with_tokens_and_revenue(local_cluster, tmp_p
         fleet=f"itdemo{suffix}",
         racks=(("GB200", 2), ("GB300", 1)),  # room for every example; the full demo has 4 + 2
     )
+    router_pids: list[int] = []
     try:
         result = demo.up(options, progress=lambda line: print(line, flush=True))
         started = pids(options.root)
@@ -81,10 +83,20 @@ def test_demo_prints_ready_servings_with_tokens_and_revenue(local_cluster, tmp_p
         assert set(revenue) == {row["NAME"] for row in rows}
         assert all(value > 0 for value in revenue.values()), revenue
         assert set(started) == {"operator", "agent", "prometheus"}
+
+        # Every serving answered its requests through the real router the agent runs for its router pod.
+        assert {t.serving for t in result.traffic} == {row["NAME"] for row in rows}
+        for traffic in result.traffic:
+            assert traffic.answered == traffic.sent > 0 and traffic.requests_per_second > 0, traffic
+            assert traffic.completion_tokens == traffic.sent * frontdoor.MAX_TOKENS, traffic
+        assert "REQUESTS/S" in result.text and "Try it      curl -s http://127.0.0.1:" in result.text
+        router_pids = [entry["pid"] for entry in routers.read_state(options.root)]
+        assert len(router_pids) >= len(result.traffic) and all(alive(pid) for pid in router_pids)
     finally:
         stopped = demo.down(options, progress=lambda line: print(line, flush=True))
 
     assert len(stopped) == 3, stopped
     assert not [name for name, pid in started.items() if alive(pid)]
+    assert not [pid for pid in router_pids if alive(pid)]  # the agent stopped its routers when it was stopped
     core = client.CoreV1Api(local_cluster.api_client)
     assert core.list_node(label_selector=f"{fleets.LABEL_FLEET}={options.fleet}").items == []

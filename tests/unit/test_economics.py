@@ -156,9 +156,9 @@ def test_more_cached_than_prompt_tokens_gives_no_revenue_rather_than_a_wrong_one
 
 
 def test_disaggregated_roles_bill_each_token_once() -> None:
-    # The decode role sees every prompt again (KV transferred from prefill), as cached prompt tokens.
+    # The decode role counts every prompt again, as loaded by KV transfer, and reports prefill's cache hits.
     prefill = rates(prompt=50_000, cached=20_000, generation=100)
-    decode = rates(prompt=50_000, cached=50_000, generation=4_000, running_requests=128)
+    decode = rates(prompt=50_000, cached=20_000, generation=4_000, running_requests=128, prompt_external=50_000)
     spec = pricing()
 
     prefill_eco = economics.evaluate(
@@ -183,6 +183,15 @@ def test_billing_view_of_a_prefill_role_drops_generation_and_its_batch() -> None
     view = economics.Billing.for_role("prefill", disaggregated=True).view(prefill)
 
     assert view == rates(prompt=1000, cached=10, generation=0)
+
+
+def test_a_decode_role_bills_the_prompt_tokens_it_computed_itself_and_not_those_it_loaded() -> None:
+    # 1,000 prompt tokens/s, 990 loaded by KV transfer: 10 recomputed (the prefill's backoff) are decode's own.
+    decode = rates(prompt=1_000, generation=300, prompt_external=990)
+
+    view = economics.Billing.for_role("decode", disaggregated=True).view(decode)
+
+    assert view == rates(prompt=10, generation=300)
 
 
 def test_without_prefill_role_every_role_bills_everything() -> None:
@@ -374,9 +383,10 @@ def test_a_disaggregated_prefill_group_has_no_output_parity_to_fall_short_of() -
 
 
 def test_a_whole_serving_sums_each_roles_billed_share() -> None:
-    # Decode re-counts every prompt prefill computed; the serving bills it once.
+    # Decode re-counts every prompt prefill computed, as loaded by KV transfer; the serving bills it once.
     prefill = economics.Interval("prefill", rates(prompt=50_000, generation=10), 0.0, 15.0)
-    decode = economics.Interval("decode", rates(prompt=50_000, cached=50_000, generation=4_000), 0.0, 15.0)
+    decode_rates = rates(prompt=50_000, generation=4_000, prompt_external=50_000)
+    decode = economics.Interval("decode", decode_rates, 0.0, 15.0)
 
     whole = economics.evaluate_group(
         [prefill, decode], gpus=12, pricing=pricing(), disaggregated=True, parity_reference=None, whole_serving=True

@@ -255,6 +255,18 @@ def test_the_router_may_read_pods_in_its_namespace_and_nothing_else() -> None:
     assert args[args.index("--service-discovery-namespace") + 1] == "llm"  # never cluster-wide
 
 
+def test_with_pod_monitoring_the_routers_exporter_is_scraped_as_the_engines_are() -> None:
+    objects = router_of(render.render(sb.serving(monitoring={"podMonitor": True})))
+    monitor = objects["PodMonitor"]
+    assert monitor["spec"]["selector"]["matchLabels"] == objects["Service"]["spec"]["selector"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in container(objects["Deployment"])["ports"]}
+    args = container(objects["Deployment"])["args"]
+    assert ports[endpoint["port"]] == int(args[args.index("--prometheus-port") + 1])
+    assert endpoint["relabelings"][0]["targetLabel"] == "serving"
+    assert "PodMonitor" not in router_of(render.render(sb.serving()))  # off by default, as for the engines
+
+
 def test_the_router_pod_is_probed_on_the_routers_own_endpoints_and_runs_unprivileged() -> None:
     deployment = router_of(render.render(sb.serving()))["Deployment"]
     c = container(deployment)

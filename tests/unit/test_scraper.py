@@ -390,9 +390,9 @@ def test_deleted_servings_disappear_from_the_exposition() -> None:
 
 
 def test_disaggregated_serving_bills_prompts_at_prefill_and_output_at_decode() -> None:
-    # Decode receives every prompt again by KV transfer; vLLM counts those as its (cached) prompt tokens.
+    # Decode receives every prompt again by KV transfer: vLLM counts those under source="external_kv_transfer".
     prefill_load = vllmsim.Load(prompt=80_000, prompt_cached=30_000, generation=40, running_requests=16)
-    decode_load = vllmsim.Load(prompt=80_000, prompt_cached=80_000, generation=9_000, running_requests=128)
+    decode_load = vllmsim.Load(prompt=80_000, prompt_external=80_000, generation=9_000, running_requests=128)
 
     async def run(f: Fleet) -> None:
         await f.leader(prefill_load, role="prefill", gpus=4, engines=4)

@@ -135,3 +135,9 @@ DEFAULT_DOMAIN_LABEL: Final = "nvidia.com/gpu.clique"  # GPU Feature Discovery's
 PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+
+def prometheus_pod_label(label: str) -> str:
+    """Prometheus's Kubernetes service-discovery name for a pod label (every non-alphanumeric character becomes
+    '_'): what a PodMonitor's relabeling reads."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)

@@ -452,9 +452,35 @@ def serving() -> Dashboard:
                 "role", "Role", f'label_values({names.GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'
             ),
         ],
-        rows=[throughput, money, engine],
+        rows=[throughput, money, engine, _requests_row(v)],
         file_name="nvlfleet-serving.json",
     )
+
+
+def _requests_row(v: str) -> Row:
+    """Requests through the engines and the prompt tokens prefill handed to decode (vLLM's own counters)."""
+
+    def per_role(family: str, extra: str = "") -> str:
+        return f"sum by (role) (rate({_sel(_vllm(family, '_total'), v, extra)}[$__rate_interval]))"
+
+    transferred = f'source="{vllm_metrics.SOURCE_EXTERNAL_KV_TRANSFER}"'
+    failed = f'finished_reason="{vllm_metrics.FINISHED_ERROR}"'
+    return Row(
+        "Requests and KV transfer",
+        [
+            Panel("Requests/s", [Query(per_role(vllm_metrics.REQUEST_SUCCESS), "{{role}}")], unit="reqps", width=8,
+                  description="Requests each role finished, whatever the reason; with prefill/decode "
+                  "disaggregation every request is finished once by prefill (one token) and once by decode."),
+            Panel("KV-transfer tokens/s", [Query(per_role(vllm_metrics.PROMPT_TOKENS_BY_SOURCE, transferred),
+                  "{{role}}")], width=8,
+                  description="Prompt tokens whose KV cache a decode engine loaded from a prefill engine "
+                  "(source external_kv_transfer): computed and billed at prefill, not again at decode."),
+            Panel("Failed requests/s", [Query(per_role(vllm_metrics.REQUEST_SUCCESS, failed), "{{role}}")],
+                  unit="reqps", width=8,
+                  description="Requests vLLM finished with an error, e.g. a KV load that failed under "
+                  "kv_load_failure_policy fail (recompute computes the prompt again instead)."),
+        ],
+    )  # fmt: skip
 
 
 def operator_health() -> Dashboard:

@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--role",
         choices=[r.value for r in models.RoleName],
-        help="with --disaggregated: bill only what this role serves (prefill: prompts, decode: output)",
+        help="with --disaggregated: bill only what this role serves (prefill: prompts; decode: output and the "
+        "prompt tokens it computed, not those it loaded by KV transfer)",
     )
     parser.add_argument(
         "--disaggregated", action="store_true", help="the serving runs separate prefill and decode roles"

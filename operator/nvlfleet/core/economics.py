@@ -17,11 +17,13 @@ Conventions:
   multiplier piecewise over the interval (``mean_multiplier``), i.e. assuming the token rate was constant over
   the interval — the only assumption two counter samples allow. Pricing at the midpoint instead would bill a
   15 s interval that is 1 s into off-peak entirely at the peak price.
-- Prefill/decode disaggregation: the prefill role computes every prompt and hands its KV cache to the decode
-  role, whose own ``vllm:prompt_tokens`` count the same prompts again (as external KV transfer). Each token is
-  billed once: with a prefill role, prefill bills prompt tokens and decode bills generated tokens
-  (``Billing.for_role``). Per-role token rates stay as vLLM measured them; ``total`` and revenue use the billed
-  view, so they add up across roles.
+- Prompt tokens are billed by where they were computed (``vllm:prompt_tokens_by_source``): a token whose KV
+  arrived by transfer (``source="external_kv_transfer"``, ``Rates.prompt_external``) was computed and billed by
+  the prefill engine that sent it, so the engine that loaded it does not bill it again. A decode engine of a
+  prefill/decode pair thus bills the prompt tokens it computed itself (the prefill's backoff, or a prompt
+  recomputed after a failed KV load) and its output; a prefill engine bills its prompts and not its one
+  generated token per request, which the client never sees (``Billing.for_role``). Per-role token rates stay as
+  vLLM measured them; ``total`` and revenue use the billed view, so they add up across roles.
 - Revenue accrues per server over its own interval (``interval_revenue``), so a total stays exact across missed
   scrapes (the next interval covers the gap). A group's summed rates are priced with ``group_multiplier``, which
   weights each server's interval multiplier by its revenue, so the group prices like its servers one by one.
@@ -61,12 +63,14 @@ class Rates:
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
     running_requests: float | None = None
+    prompt_external: float = 0.0  # the prompt tokens whose KV arrived by transfer (computed elsewhere)
 
     def __add__(self, other: Rates) -> Rates:
         return Rates(
             prompt=self.prompt + other.prompt,
             prompt_cached=self.prompt_cached + other.prompt_cached,
             generation=self.generation + other.generation,
+            prompt_external=self.prompt_external + other.prompt_external,
             spec_drafts=_add(self.spec_drafts, other.spec_drafts),
             spec_draft_tokens=_add(self.spec_draft_tokens, other.spec_draft_tokens),
             spec_accepted_tokens=_add(self.spec_accepted_tokens, other.spec_accepted_tokens),
@@ -108,19 +112,25 @@ class Billing:
         if role == models.RoleName.PREFILL:
             return Billing(prompt=True, generation=False)
         if role == models.RoleName.DECODE:
-            return Billing(prompt=False, generation=True)
+            return BILL_ALL  # the prompts it loaded by KV transfer are excluded by ``view`` itself
         raise ValueError(f"unknown role {role!r}; expected one of {[r.value for r in models.RoleName]}")
 
     def view(self, rates: Rates) -> Rates:
         """``rates`` as counted towards a serving total: tokens this role is not paid for count as zero.
 
-        Requests in flight and speculative decoding belong to generation: a prefill engine runs each request
-        for one token, so its batch says nothing about streaming speed.
+        Prompt tokens that arrived by KV transfer count as zero everywhere: the engine that computed them bills
+        them. vLLM reports the sender's cache hits as the receiver's cached tokens (disaggregation.md §6), so the
+        receiver's cache hits are capped at the prompt tokens it has left (without a transfer, more hits than
+        prompt tokens stay inconsistent counters, which price nothing). Requests in flight and speculative
+        decoding belong to generation: a prefill engine runs each request for one token, so its batch says
+        nothing about streaming speed.
         """
-        prompt = rates.prompt if self.prompt else 0.0
-        cached = rates.prompt_cached if self.prompt else 0.0
+        local = max(rates.prompt - rates.prompt_external, 0.0)
+        prompt = local if self.prompt else 0.0
+        cached = rates.prompt_cached if not rates.prompt_external else min(rates.prompt_cached, local)
+        cached = cached if self.prompt else 0.0
         if self.generation:
-            return dataclasses.replace(rates, prompt=prompt, prompt_cached=cached)
+            return dataclasses.replace(rates, prompt=prompt, prompt_cached=cached, prompt_external=0.0)
         return Rates(prompt=prompt, prompt_cached=cached, generation=0.0)
 
 

@@ -82,6 +82,7 @@ def measure(prev: samples.Sample, cur: samples.Sample, *, trust_created: bool = 
             spec_draft_tokens=rate("spec_draft_tokens"),
             spec_accepted_tokens=rate("spec_accepted_tokens"),
             running_requests=running,
+            prompt_external=rate("prompt_external") or 0.0,  # absent before the first KV transfer is counted
         ),
         start,
         cur.time,

@@ -437,11 +437,6 @@ def service(serving: models.DeepSeekServing, role: models.RoleName, tuning: prof
     }
 
 
-def _meta_label(label: str) -> str:
-    """Prometheus's service-discovery name for a pod label (every non-alphanumeric character becomes '_')."""
-    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
-
-
 def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Manifest:
     """A Prometheus Operator PodMonitor for every leader of the serving."""
     return {
@@ -456,7 +451,11 @@ def pod_monitor(serving: models.DeepSeekServing, tuning: profiles.Tuning) -> Man
                     "port": HTTP_PORT_NAME,
                     "path": tuning.dialect.metrics_path,
                     "relabelings": [
-                        {"action": "replace", "sourceLabels": [_meta_label(label)], "targetLabel": target}
+                        {
+                            "action": "replace",
+                            "sourceLabels": [names.prometheus_pod_label(label)],
+                            "targetLabel": target,
+                        }
                         for label, target in (
                             (names.SERVING_LABEL, "serving"),
                             (names.ROLE_LABEL, "role"),
@@ -554,7 +553,8 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
 
 def render(serving: models.DeepSeekServing, placement: Placement | None = None) -> list[Manifest]:
     """Every child manifest of ``serving``, in a stable order: per role (prefill first) its ComputeDomains and
-    LeaderWorkerSets by domain value, then its Service; then the router's objects; the PodMonitor last.
+    LeaderWorkerSets by domain value, then its Service; then the router's objects; the PodMonitors last (engines',
+    then the router's).
 
     ``placement`` is ``{role: {domain value: groups}}`` from the planner; ``None`` renders every role unpinned.
     A role missing from a given placement has no LeaderWorkerSet (nothing placed). Raises
@@ -585,4 +585,6 @@ def render(serving: models.DeepSeekServing, placement: Placement | None = None) 
         )
     if serving.spec.monitoring.pod_monitor:
         out.append(pod_monitor(serving, tunings[-1]))
+        if serving.spec.router.enabled:
+            out.append(router.pod_monitor(serving, router_name(serving.metadata.name)))
     return out

@@ -303,6 +303,27 @@ def service(serving: models.DeepSeekServing, name: str) -> Manifest:
     }
 
 
+def pod_monitor(serving: models.DeepSeekServing, name: str) -> Manifest:
+    """A Prometheus Operator PodMonitor for the router pods' exporter (``vllm_router_*``), rendered beside the
+    engines' one when ``spec.monitoring.podMonitor`` is on; the serving label matches the dashboards' selector."""
+    serving_label = names.prometheus_pod_label(names.SERVING_LABEL)
+    return {
+        "apiVersion": names.POD_MONITOR.api_version,
+        "kind": names.POD_MONITOR.kind,
+        "metadata": _metadata(name, serving),
+        "spec": {
+            "selector": {"matchLabels": selector(serving)},
+            "podMetricsEndpoints": [
+                {
+                    "port": METRICS_PORT_NAME,
+                    "path": "/metrics",
+                    "relabelings": [{"action": "replace", "sourceLabels": [serving_label], "targetLabel": "serving"}],
+                }
+            ],
+        },
+    }
+
+
 def manifests(serving: models.DeepSeekServing, name: str, engines: Engines, engine_port: int) -> list[Manifest]:
     """The router's children, all named ``name``, in the order they are applied (``names.CHILD_KINDS``)."""
     return [

@@ -51,25 +51,30 @@ class _Read:
     sample: str  # sample name as exposed
     type_names: tuple[str, ...]  # names a ``# TYPE`` line may carry for it (text format 0.0.4 first)
     required: bool
+    where: tuple[str, str] | None = None  # only the series with this (label, value)
 
 
 def _reads() -> tuple[_Read, ...]:
-    wanted = [
-        ("prompt", vllm_metrics.PROMPT_TOKENS, "counter", True),
-        ("prompt_cached", vllm_metrics.PROMPT_TOKENS_CACHED, "counter", True),
-        ("generation", vllm_metrics.GENERATION_TOKENS, "counter", True),
-        ("spec_drafts", vllm_metrics.SPEC_DECODE_NUM_DRAFTS, "counter", False),
-        ("spec_draft_tokens", vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS, "counter", False),
-        ("spec_accepted_tokens", vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "counter", False),
-        ("running_requests", vllm_metrics.NUM_REQUESTS_RUNNING, "gauge", False),
+    wanted: list[tuple[str, str, str, bool, tuple[str, str] | None]] = [
+        ("prompt", vllm_metrics.PROMPT_TOKENS, "counter", True, None),
+        ("prompt_cached", vllm_metrics.PROMPT_TOKENS_CACHED, "counter", True, None),
+        ("generation", vllm_metrics.GENERATION_TOKENS, "counter", True, None),
+        ("spec_drafts", vllm_metrics.SPEC_DECODE_NUM_DRAFTS, "counter", False, None),
+        ("spec_draft_tokens", vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS, "counter", False, None),
+        ("spec_accepted_tokens", vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "counter", False, None),
+        ("running_requests", vllm_metrics.NUM_REQUESTS_RUNNING, "gauge", False, None),
     ]
+    # Prompt tokens loaded by KV transfer (a P/D decode engine): billed where they were computed, not here.
+    external = ("source", vllm_metrics.SOURCE_EXTERNAL_KV_TRANSFER)
+    wanted.append(("prompt_external", vllm_metrics.PROMPT_TOKENS_BY_SOURCE, "counter", False, external))
     out = []
-    for field, family, kind, required in wanted:
+    for field, family, kind, required, where in wanted:
         fact = vllm_metrics.fact(family)
         if fact["type"] != kind or "engine" not in fact["labels"]:
             raise RuntimeError(f"vLLM facts disagree with the scraper about {family} ({kind}, per engine)")
         exposed: str = fact["exposed_as"]
-        out.append(_Read(field, family, exposed, (exposed, family) if exposed != family else (family,), required))
+        type_names = (exposed, family) if exposed != family else (family,)
+        out.append(_Read(field, family, exposed, type_names, required, where))
         if kind == "counter" and field == "generation":
             # The creation time of one counter stands for the process start (all are created at startup).
             created = family + "_created"
@@ -107,7 +112,7 @@ def parse_sample(body: bytes, at: float) -> Sample:
     created: float | None = None
     for s in lines:
         read = _BY_SAMPLE.get(s.name)
-        if read is None:
+        if read is None or (read.where is not None and s.labels.get(read.where[0]) != read.where[1]):
             continue
         value = s.value
         if not math.isfinite(value) or value < 0:

@@ -25,6 +25,14 @@ SPEC_DECODE_NUM_DRAFTS = "vllm:spec_decode_num_drafts"  # counter, only when spe
 SPEC_DECODE_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"  # counter, only when speculating
 SPEC_DECODE_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"  # counter, only when speculating
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"  # gauge
+# Prompt tokens by where their KV came from: billing counts a token that arrived by KV transfer (P/D decode)
+# where it was computed, not again where it was loaded.
+PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"  # counter, label source
+SOURCE_LOCAL_COMPUTE = "local_compute"
+SOURCE_LOCAL_CACHE_HIT = "local_cache_hit"
+SOURCE_EXTERNAL_KV_TRANSFER = "external_kv_transfer"
+REQUEST_SUCCESS = "vllm:request_success"  # counter, label finished_reason: finished requests (errors included)
+FINISHED_ERROR = "error"  # the finished_reason of a request that ended with an error (e.g. a failed KV load)
 
 # Charted by the serving dashboard (straight from the vLLM pods) and simulated.
 NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"  # gauge
@@ -42,6 +50,8 @@ _NAMED = (
     SPEC_DECODE_NUM_DRAFT_TOKENS,
     SPEC_DECODE_NUM_ACCEPTED_TOKENS,
     NUM_REQUESTS_RUNNING,
+    PROMPT_TOKENS_BY_SOURCE,
+    REQUEST_SUCCESS,
     NUM_REQUESTS_WAITING,
     KV_CACHE_USAGE_PERC,
     PREFIX_CACHE_QUERIES,
@@ -83,5 +93,19 @@ def exposed(sample: str, version: str = facts.DEFAULT_VERSION) -> str:
     return sample
 
 
+def label_values(family: str, label: str, version: str = facts.DEFAULT_VERSION) -> list[str]:
+    """The values the pinned vLLM gives ``label`` of ``family`` (``source`` of prompt_tokens_by_source, ...)."""
+    values = facts.load(version).raw["metrics"]["label_values"]
+    found = values.get(f"{family.removeprefix('vllm:')}.{label}", values.get(label))
+    if not isinstance(found, list):
+        raise KeyError(f"vLLM {version} lists no values for {family}{{{label}}}")
+    return [str(v) for v in found]
+
+
 for _family in _NAMED:
     fact(_family)  # at import: every name above is one the pinned vLLM defines
+for _source in (SOURCE_LOCAL_COMPUTE, SOURCE_LOCAL_CACHE_HIT, SOURCE_EXTERNAL_KV_TRANSFER):
+    if _source not in label_values(PROMPT_TOKENS_BY_SOURCE, "source"):
+        raise KeyError(f"vLLM {facts.DEFAULT_VERSION} has no prompt token source {_source!r}")
+if FINISHED_ERROR not in label_values(REQUEST_SUCCESS, "finished_reason"):
+    raise KeyError(f"vLLM {facts.DEFAULT_VERSION} has no finished_reason {FINISHED_ERROR!r}")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from nvlfleet.sim import vllmsim
+from nvlfleet.sim import kvtransfer, vllmsim
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -42,6 +42,8 @@ class Simulator:
 
     def __init__(self, *, clock: vllmsim.Clock = time.time) -> None:
         self._clock = clock
+        # One lease store for every endpoint: a prefill here answers, a decode here reads (``kvtransfer``).
+        self.kv_store = kvtransfer.KvStore()
         self._endpoints: dict[tuple[str, int], vllmsim.Endpoint] = {}
         # Per endpoint (by address): its listening site while it is not down, and the pending switch back.
         self._sites: dict[tuple[str, int], web.BaseSite] = {}
@@ -72,8 +74,9 @@ class Simulator:
         model_name: str = vllmsim.DEFAULT_MODEL,
         slow_seconds: float = 30.0,
         multiprocess: bool = False,
+        kv: kvtransfer.KvConfig | None = None,
     ) -> vllmsim.Endpoint:
-        """Listen on ``host:port`` (0 = any free port) as one more simulated vLLM server."""
+        """Listen on ``host:port`` (0 = any free port) as one more simulated vLLM server (``kv``: its connector)."""
         if not self._started:
             await self._runner.setup()
             self._started = True
@@ -88,6 +91,8 @@ class Simulator:
             clock=self._clock,
             slow_seconds=slow_seconds,
             multiprocess=multiprocess,
+            kv=kv,
+            kv_store=self.kv_store,
         )
         self._endpoints[(host, port)] = endpoint
         await self._open(endpoint, sock)

@@ -1,4 +1,4 @@
-"""A simulated vLLM 0.33 OpenAI server: ``/metrics`` in vLLM's exposition, ``/health``, ``/v1/models``.
+"""A simulated vLLM 0.33 OpenAI server: ``/metrics`` in vLLM's exposition, completions, ``/health``, ``/v1/models``.
 
 Test and demo adapter, not part of the operator's data flow: it stands where a group leader's vLLM API server
 stands, so the scraper (``adapters.scraper``) and a real Prometheus read it exactly as they would read vLLM, and every
@@ -7,7 +7,11 @@ gauge can be checked against ground truth (the ``Load`` it was given).
 What makes it vLLM-shaped: every family, type, label set, label value and histogram bucket comes from the pinned
 facts (``nvlfleet.facts``); the text is produced by prometheus-client like vLLM's own (counters as
 ``_total`` plus ``_created`` samples, single-process mode); series are per DP engine (``engine`` label) and
-carry ``model_name``. Counters grow at the configured rates on an injectable clock, so tests drive time.
+carry ``model_name``. Counters grow at the configured rates on an injectable clock, so tests drive time
+(published-rate mode: the demo's throughput figures), plus what the server counted for the requests it really
+answered (``traffic``): ``/v1/completions`` and ``/v1/chat/completions`` are served by ``protocol``, with the
+``kv_transfer_params`` exchange of a prefill/decode pair played by ``kvtransfer`` when the endpoint has a
+``KvConfig`` (its role, its ``kv_load_failure_policy``).
 
 Faults, per endpoint: ``restart()`` (counters restart from 0 with a new ``_created``), and the modes ``stall``
 (counters stop), ``garbage`` (invalid exposition), ``slow`` (answers after a delay, past any sane scrape timeout),
@@ -32,6 +36,7 @@ from aiohttp import web
 from prometheus_client import metrics_core
 
 from nvlfleet.facts import facts, vllm_metrics
+from nvlfleet.sim import kvtransfer, protocol, traffic
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -61,7 +66,8 @@ class Mode(enum.StrEnum):
 class Load:
     """Ground truth for one server (all its DP engines together): rates per second and in-flight gauges.
 
-    ``prompt`` counts every prompt token, ``prompt_cached`` the prefix-cache hits among them. With
+    ``prompt`` counts every prompt token, ``prompt_cached`` the prefix-cache hits among them and
+    ``prompt_external`` those whose KV arrived by transfer from a prefill engine (a P/D decode). With
     ``speculative_tokens`` K > 0 the engine speculates: each draft proposes K tokens of which a fraction
     ``acceptance_rate`` is accepted, so generation = drafts × (1 + acceptance_rate × K).
     """
@@ -75,12 +81,15 @@ class Load:
     speculative_tokens: int = 0
     acceptance_rate: float = 0.0
     mean_output_tokens: float = 1024.0  # per request, to derive request counts and per-request histograms
+    prompt_external: float = 0.0
 
     def __post_init__(self) -> None:
         if min(self.prompt, self.prompt_cached, self.generation, self.running_requests, self.waiting_requests) < 0:
             raise ValueError("rates and gauges must not be negative")
         if self.prompt_cached > self.prompt:
             raise ValueError("prompt_cached is a subset of prompt and cannot exceed it")
+        if self.prompt_external < 0 or self.prompt_cached + self.prompt_external > self.prompt:
+            raise ValueError("prompt_cached and prompt_external are disjoint subsets of prompt")
         if not 0 <= self.acceptance_rate <= 1 or self.speculative_tokens < 0:
             raise ValueError("acceptance_rate must lie in [0, 1] and speculative_tokens must be >= 0")
         if self.mean_output_tokens <= 0:
@@ -114,12 +123,17 @@ class Load:
 
 # Share of a family's rate that goes to each value of its extra label (the rest of the values get 0).
 def _label_shares(load: Load) -> dict[str, dict[str, float]]:
-    uncached_share = (load.prompt - load.prompt_cached) / load.prompt if load.prompt else 0.0
+    cached_share = load.prompt_cached / load.prompt if load.prompt else 0.0
+    external_share = load.prompt_external / load.prompt if load.prompt else 0.0
     k = load.speculative_tokens
     # Acceptance falls with draft position; shares ∝ 0.8^position.
     weights = [0.8**p for p in range(k)]
     return {
-        "vllm:prompt_tokens_by_source": {"local_compute": uncached_share, "local_cache_hit": 1 - uncached_share},
+        vllm_metrics.PROMPT_TOKENS_BY_SOURCE: {
+            vllm_metrics.SOURCE_LOCAL_COMPUTE: (1 - cached_share - external_share) if load.prompt else 0.0,
+            vllm_metrics.SOURCE_LOCAL_CACHE_HIT: cached_share,
+            vllm_metrics.SOURCE_EXTERNAL_KV_TRANSFER: external_share,
+        },
         "vllm:prompt_tokens_cached_by_source": {"device": 1.0},
         "vllm:request_success": {"stop": 0.9, "length": 0.1},
         "vllm:num_requests_waiting_by_reason": {"capacity": 1.0},
@@ -167,6 +181,17 @@ Value = Callable[["Endpoint", float], float]
 _TEMPLATES: dict[tuple[Any, ...], tuple[list[str], list[Value]]] = {}
 
 
+def _rated_family(name: str) -> str:
+    """The ``Load`` rate a counter family's published-rate part grows at."""
+    return "requests" if name == vllm_metrics.REQUEST_SUCCESS else _RATE_OF.get(name, name)
+
+
+def _with_traffic(name: str, label: str, engine: int, share: float) -> Value:
+    """One engine's series of a family the server also counts for served requests: rate part + its own count."""
+    family = _rated_family(name)
+    return lambda ep, now: ep.rated(family, now) * share + ep.traffic.value(name, label, engine)
+
+
 def _cdf(x: float, median: float) -> float:
     """Log-logistic CDF (shape 3): a right-skewed latency/size distribution with the given median."""
     return 1.0 / (1.0 + (median / x) ** 3) if x > 0 else 0.0
@@ -190,6 +215,9 @@ class Endpoint:
         clock: Clock = time.time,
         slow_seconds: float = 30.0,
         multiprocess: bool = False,
+        kv: kvtransfer.KvConfig | None = None,
+        kv_store: kvtransfer.KvStore | None = None,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     ) -> None:
         if engines < 1:
             raise ValueError("engines must be >= 1")
@@ -198,10 +226,16 @@ class Endpoint:
         self.slow_seconds = slow_seconds
         # vLLM with --api-server-count > 1 uses prometheus-client's multiprocess mode: no ``_created`` samples.
         self.multiprocess = multiprocess
-        self._clock = clock
+        self._clock = self.clock = clock
         self._load = load
         self.mode = Mode.NORMAL
         self.scrapes = 0
+        # The OpenAI side (``protocol``): the KV connector, the leases it shares with its peers, what it served.
+        self.kv, self.kv_store = kv, kv_store or kvtransfer.KvStore()
+        self.max_model_len = max_model_len
+        self.traffic = traffic.Traffic()
+        self.engine_ids: list[str] = []
+        self._turn = 0
         self._reset(clock())
 
     # -- ground truth and state ---------------------------------------------------------------------------
@@ -223,6 +257,15 @@ class Endpoint:
         self._created = now
         self._since = now
         self._base: dict[str, float] = {}
+        self.traffic.clear()
+        for engine_id in self.engine_ids:  # a new process: the old engines' KV blocks are gone
+            self.kv_store.forget_engine(engine_id)
+        self.engine_ids = kvtransfer.new_engine_ids(self.engines)
+
+    def next_engine(self) -> int:
+        """The DP engine of a request that names none: engines take turns (vLLM's internal load balancer)."""
+        self._turn = (self._turn + 1) % self.engines
+        return self._turn
 
     def _fold(self, now: float) -> None:
         elapsed = now - self._since if self.mode != Mode.STALL else 0.0
@@ -232,7 +275,13 @@ class Endpoint:
         self._since = now
 
     def counter(self, family: str, now: float | None = None) -> float:
-        """Ground-truth value of a counter family summed over engines (before the label split)."""
+        """Ground-truth value of a counter family summed over engines (before the label split), served requests
+        included."""
+        served = self.traffic.total(vllm_metrics.REQUEST_SUCCESS if family == "requests" else family)
+        return self.rated(family, now) + served
+
+    def rated(self, family: str, now: float | None = None) -> float:
+        """The published-rate part of a counter family (``Load``), summed over engines."""
         now = self._clock() if now is None else now
         growing = self.mode != Mode.STALL
         rates = self._load.counter_rates()
@@ -337,6 +386,8 @@ class Endpoint:
                     share /= self.engines
                 fn = self._series_value(name, fact["type"], share)
                 for engine in engines if per_engine else [""]:
+                    if per_engine and name in traffic.COUNTED:
+                        fn = _with_traffic(name, extra_value, int(engine), share)
                     by_name = {"engine": engine, "model_name": self.model_name}
                     if extra:
                         by_name[extra[0]] = extra_value
@@ -350,8 +401,8 @@ class Endpoint:
 
     def _series_value(self, name: str, kind: str, share: float) -> Value:
         if kind == "counter":
-            family = "requests" if name == "vllm:request_success" else _RATE_OF.get(name, name)
-            return lambda ep, now: ep.counter(family, now) * share
+            family = _rated_family(name)
+            return lambda ep, now: ep.rated(family, now) * share
         load = self._load
         gauge = {
             vllm_metrics.NUM_REQUESTS_RUNNING: load.running_requests,
@@ -426,6 +477,10 @@ class Endpoint:
             return web.json_response({"server_load": self._load.running_requests + self._load.waiting_requests})
         if request.path == "/v1/models":
             return web.json_response(self._models())
+        if request.path in protocol.PATHS:
+            if request.method != "POST":
+                raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+            return await protocol.handle(self, request)
         raise web.HTTPNotFound()
 
     def _models(self) -> dict[str, Any]:

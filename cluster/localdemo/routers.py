@@ -1,0 +1,245 @@
+"""The demo's front doors: the real vllm-router binary for every router pod, run the way the kubelet would run it.
+
+Part of the demo's data plane (``localdemo.agent`` calls ``Routers.sync`` on every pass, beside the simulated
+vLLM leaders). For each Running router pod (the Deployment ``nvlfleet.core.router`` renders):
+
+    pod's container args ──► vllm-router (the 0.1.17 wheel in .venv), with --host/--port and the exporter's
+                             --prometheus-host/--prometheus-port rewritten to 127.0.0.1 and free ports
+    pod's ServiceAccount ──► a TokenRequest token bound to the pod (not admin credentials) in a kubeconfig of its
+                             own: the router's Kubernetes discovery watches pods with exactly the Role rendered for it
+
+Everything else is the pod's own command line: discovery in the serving's namespace over its selectors, on the
+engines' port. kwok gives every pod a loopback IP and the agent serves each leader's simulated vLLM on exactly
+``podIP:port``, so the URLs the router discovers (``http://<podIP>:<port>``) are the simulated engines. The router
+listens on 127.0.0.1 rather than on its own pod IP: nothing the demo starts binds a Service address, and a
+client reaches it by the URL in ``routers.json``.
+
+Each process's PID, executable, argv, URLs and serving are recorded in ``<root>/routers.json``; a router whose pod
+is gone, or whose args changed, is stopped by that PID (``localcluster.processes``: only while the PID still runs
+that executable), and ``make demo-down`` stops any the agent left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import localprometheus
+import yaml
+from kubernetes import client
+from localcluster import processes
+
+from nvlfleet.api import names
+
+log = logging.getLogger("localdemo.routers")
+
+SELECTOR = f"{names.COMPONENT_LABEL}={names.ROUTER_COMPONENT}"
+BINARY = pathlib.Path(sys.executable).with_name("vllm-router")  # installed by the [dev] extras
+# A router is known by its executable, not its argv: a few seconds after start it retitles itself "vllm::router"
+# (its /proc/<pid>/cmdline changes), while /proc/<pid>/exe stays the Python that runs the launcher.
+EXE = pathlib.Path(os.path.realpath(sys.executable))
+LOOPBACK = "127.0.0.1"
+TOKEN_SECONDS = 24 * 3600  # a demo day; the token dies with its pod anyway (bound to it)
+STATE_FILE = "routers.json"
+# The flags whose values the demo replaces: where the router listens and where its exporter listens.
+_LOCAL_FLAGS = ("--host", "--port", "--prometheus-host", "--prometheus-port")
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterPod:
+    """A Running router pod as the cluster shows it."""
+
+    namespace: str
+    serving: str
+    pod: str
+    uid: str
+    service_account: str
+    args: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class Running:
+    """One router process the agent started, as recorded in ``routers.json``."""
+
+    pod: RouterPod
+    pid: int
+    argv: list[str]
+    url: str
+    metrics_url: str
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "namespace": self.pod.namespace,
+            "serving": self.pod.serving,
+            "pod": self.pod.pod,
+            "pid": self.pid,
+            "exe": str(EXE),
+            "argv": self.argv,
+            "url": self.url,
+            "metricsUrl": self.metrics_url,
+        }
+
+
+def local_args(args: Sequence[str], port: int, metrics_port: int) -> list[str]:
+    """The pod's router args with where it listens replaced by 127.0.0.1 and the given ports."""
+    values = {
+        "--host": LOOPBACK,
+        "--port": str(port),
+        "--prometheus-host": LOOPBACK,
+        "--prometheus-port": str(metrics_port),
+    }
+    out = list(args)
+    for flag in _LOCAL_FLAGS:
+        if flag in out and out.index(flag) + 1 < len(out):
+            out[out.index(flag) + 1] = values[flag]
+        else:
+            out += [flag, values[flag]]
+    return out
+
+
+def read_state(root: pathlib.Path) -> list[dict[str, Any]]:
+    """The routers recorded under ``root`` (none if the file is absent or unreadable)."""
+    try:
+        found = json.loads((root / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return list(found) if isinstance(found, list) else []
+
+
+def stop_recorded(root: pathlib.Path) -> list[str]:
+    """Stop every router recorded under ``root`` by its PID (a PID running something else is left alone)."""
+    stopped = []
+    for entry in read_state(root):
+        pid, exe = entry.get("pid"), pathlib.Path(entry.get("exe") or EXE)
+        if processes.alive(pid, exe):
+            processes.stop(pid, exe, timeout=10.0)
+            stopped.append(f"vllm-router for {entry.get('serving')} (pid {pid})")
+    (root / STATE_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+class Routers:
+    """The router processes of one namespace, kept in step with its router pods."""
+
+    def __init__(self, api: client.ApiClient, admin_kubeconfig: pathlib.Path, namespace: str, root: pathlib.Path):
+        self.api, self.admin_kubeconfig, self.namespace = api, admin_kubeconfig, namespace
+        self.root = root / "routers"
+        self.state_file = root / STATE_FILE
+        self.running: dict[str, Running] = {}
+        # Routers a previous agent started and recorded are ours to stop: a new agent starts fresh ones.
+        stop_recorded(root)
+
+    def pods(self) -> list[RouterPod]:
+        listed = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=SELECTOR).items
+        found = []
+        for pod in listed:
+            if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
+                continue
+            (container,) = pod.spec.containers[:1]
+            found.append(
+                RouterPod(
+                    namespace=self.namespace,
+                    serving=(pod.metadata.labels or {}).get(names.SERVING_LABEL, ""),
+                    pod=pod.metadata.name,
+                    uid=pod.metadata.uid,
+                    service_account=pod.spec.service_account_name,
+                    args=tuple(container.args or ()),
+                )
+            )
+        return found
+
+    def sync(self) -> None:
+        """Start a router for each new router pod; stop those whose pod went away or changed."""
+        wanted = {p.pod: p for p in self.pods()}
+        for name in list(self.running):
+            current = self.running[name]
+            if wanted.get(name) != current.pod or not processes.alive(current.pid, EXE):
+                self._stop(name)
+        for name, pod in wanted.items():
+            if name not in self.running:
+                with contextlib.suppress(client.ApiException):  # the ServiceAccount or pod not there yet
+                    self.running[name] = self._start(pod)
+        self._write_state()
+
+    def close(self) -> None:
+        for name in list(self.running):
+            self._stop(name)
+        self._write_state()
+
+    def _stop(self, name: str) -> None:
+        gone = self.running.pop(name)
+        processes.stop(gone.pid, EXE, timeout=10.0)
+        log.info("router pod %s gone or changed: stopped vllm-router pid %d", name, gone.pid)
+
+    def _start(self, pod: RouterPod) -> Running:
+        kubeconfig = self._kubeconfig(pod)
+        port, metrics_port = localprometheus.free_port(), localprometheus.free_port()
+        argv = [sys.executable, str(BINARY), *local_args(pod.args, port, metrics_port)]
+        # The router's kube client reads KUBECONFIG; no in-cluster variables, so it cannot fall back to others.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = str(kubeconfig)
+        env.pop("OPENAI_API_KEY", None)  # the router forwards it to the engines as a bearer token
+        process = processes.start(
+            argv, self.root / f"{pod.pod}.log", self.root / f"{pod.pod}.pid", cwd=self.root, env=env
+        )
+        running = Running(pod, process.pid, argv, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{metrics_port}")
+        log.info(
+            "router pod %s (%s, ServiceAccount %s): vllm-router pid %d on %s",
+            pod.pod,
+            pod.serving,
+            pod.service_account,
+            process.pid,
+            running.url,
+        )
+        return running
+
+    def _kubeconfig(self, pod: RouterPod) -> pathlib.Path:
+        """A kubeconfig presenting a token of the pod's own ServiceAccount, bound to the pod (TokenRequest API)."""
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=TOKEN_SECONDS,
+                bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.pod, uid=pod.uid),
+            )
+        )
+        core = client.CoreV1Api(self.api)
+        token = core.create_namespaced_service_account_token(pod.service_account, pod.namespace, request).status.token
+        admin = yaml.safe_load(self.admin_kubeconfig.read_text())
+        cluster = admin["clusters"][0]["cluster"]
+        user = f"system:serviceaccount:{pod.namespace}:{pod.service_account}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": {k: cluster[k] for k in ("server", "certificate-authority")}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": user, "context": {"cluster": "local", "user": user, "namespace": pod.namespace}}],
+            "current-context": user,
+        }
+        path = self.root / f"{pod.pod}.kubeconfig"
+        self.root.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def _write_state(self) -> None:
+        text = json.dumps([r.record() for _, r in sorted(self.running.items())], indent=1) + "\n"
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.state_file)
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Prometheus file_sd entries for the routers' exporters, labelled like the engines' targets."""
+        return [
+            {
+                "targets": [r.metrics_url.removeprefix("http://")],
+                "labels": {"namespace": r.pod.namespace, "serving": r.pod.serving, "pod": r.pod.pod},
+            }
+            for _, r in sorted(self.running.items())
+        ]
