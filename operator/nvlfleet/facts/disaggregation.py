@@ -15,7 +15,7 @@ API::
     f.connectors, f.kv_roles, f.load_failure_policies, f.fields   # kv-connectors.json
     f.default_connector, f.default_kv_role(role), f.allowed_kv_roles(role)
     f.is_nixl(connector), f.router_connector(connector) -> str | None
-    f.side_channel_host_env, f.side_channel_port_env, f.default_side_channel_port
+    f.side_channel_host_env, f.side_channel_port_env, f.default_side_channel_port, f.lease_seconds
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class KvFacts:
     side_channel_port_env: str
     side_channel_host_field: str
     default_side_channel_port: int
+    lease_seconds: float  # how long a producer holds a finished request's blocks for the consumer to read
     side_channel_why: Because
     nixl_capabilities: tuple[str, ...]
     nixl_env: Mapping[str, str]
@@ -117,6 +118,7 @@ def load(version: str) -> KvFacts:
         side_channel_port_env=str(side["portEnv"]),
         side_channel_host_field=str(side["hostFieldPath"]),
         default_side_channel_port=int(raw["nixl_env_vars"][side["portEnv"]]),
+        lease_seconds=float(raw["nixl_kv_connector_extra_config_defaults"]["kv_lease_duration"]),
         side_channel_why=_because(side),
         nixl_capabilities=tuple(nixl["capabilities"]),
         nixl_env={str(k): str(v) for k, v in nixl["env"].items()},

@@ -23,28 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
-import json
 import math
 import uuid
-from importlib import resources
 from typing import Any
 
-from nvlfleet.facts import facts
+from nvlfleet.facts import disaggregation, facts
 
 BLOCK_SIZE = 256  # tokens per KV block in the simulated engine (the peers' --block-size on GB200)
 
 
-@functools.cache
-def _connector_facts() -> dict[str, Any]:
-    folder = resources.files("nvlfleet.facts").joinpath(f"data/vllm/{facts.DEFAULT_VERSION}")
-    found: dict[str, Any] = json.loads(folder.joinpath("kv-connectors.json").read_text())
-    return found
-
-
-def _field(name: str) -> dict[str, Any]:
-    found: dict[str, Any] = _connector_facts()["kv_transfer_config_fields"][name]
-    return found
+_KV = disaggregation.load(facts.DEFAULT_VERSION)
 
 
 class KvRole(enum.StrEnum):
@@ -60,16 +48,16 @@ class FailurePolicy(enum.StrEnum):
 
 def _check_names() -> None:
     """The enums above are exactly the facts' choices: a renamed role or policy fails at import."""
-    if {r.value for r in KvRole} != set(_connector_facts()["kv_roles"]):
+    if {r.value for r in KvRole} != set(_KV.kv_roles):
         raise RuntimeError("kv roles disagree with the packaged kv-connectors.json")
-    if {p.value for p in FailurePolicy} != set(_field("kv_load_failure_policy")["choices"]):
+    if {p.value for p in FailurePolicy} != set(_KV.load_failure_policies):
         raise RuntimeError("kv_load_failure_policy choices disagree with the packaged kv-connectors.json")
 
 
 _check_names()
-DEFAULT_FAILURE_POLICY = FailurePolicy(_field("kv_load_failure_policy")["default"])
-DEFAULT_LEASE_SECONDS = float(_connector_facts()["nixl_kv_connector_extra_config_defaults"]["kv_lease_duration"])
-DEFAULT_SIDE_CHANNEL_PORT = int(_connector_facts()["nixl_env_vars"]["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+DEFAULT_FAILURE_POLICY = FailurePolicy(_KV.default_load_failure_policy)
+DEFAULT_LEASE_SECONDS = _KV.lease_seconds
+DEFAULT_SIDE_CHANNEL_PORT = _KV.default_side_channel_port
 
 
 @dataclasses.dataclass(frozen=True)
