@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import inventory, pairing, planner
+from nvlfleet.core import demands, inventory, pairing, planner
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -391,7 +391,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
         node_selector=(("pool", "serving"),),
     )
     key = serving("flash", "llm")
-    assert planner.demands(serving_object()) == [
+    assert demands.of(serving_object()) == [
         planner.Demand(key, "prefill", 1, 1, req, "spread"),
         planner.Demand(key, "decode", 2, 3, req, "spread"),
     ]
@@ -400,7 +400,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
 def test_current_placement_comes_from_status() -> None:
     obj = serving_object()
     obj.status = servingstatus.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
-    assert planner.placements(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
+    assert demands.current(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
 
 
 # ---------------------------------------------------------------------------------------------------------------

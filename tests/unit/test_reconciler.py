@@ -17,7 +17,7 @@ import pytest
 
 from nvlfleet.adapters import operator
 from nvlfleet.api import crd, names, reasons
-from nvlfleet.core import inventory, leaderworkersets, planner, reconciler, render, validation
+from nvlfleet.core import demands, inventory, leaderworkersets, planner, reconciler, render, validation
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -480,7 +480,7 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
 
     parsed = validation.parse(cluster.serving)[0]
     assert parsed is not None
-    expected = planner.plan(inventory.from_objects(nodes), planner.demands(parsed))
+    expected = planner.plan(inventory.from_objects(nodes), demands.of(parsed))
     (role_plan,) = expected.roles
     capacity = condition(decision.status, reasons.INSUFFICIENT_CAPACITY)
     assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")

@@ -1,7 +1,8 @@
 """Which prefill groups feed which decode group: the P/D units the planner places whole, in one NVLink domain.
 
 Pure core, inside the plan step (inventory + spec → validate → **plan** → render → apply); ``planner`` calls it
-and owns the capacity bookkeeping, this module only does the arithmetic of units and says what it cannot do.
+and owns the capacity bookkeeping, this module only does the arithmetic of units (``shortfall`` words what
+cannot be done).
 
 A serving with prefill and decode groups hands each request's KV cache from a prefill engine to a decode engine;
 over NVLink (one ComputeDomain per serving and domain, see ``render``) only inside one NVLink domain. So the
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-
-from nvlfleet.api import problems
 
 PREFILL, DECODE = "prefill", "decode"  # the role names of models.RoleName, as the planner's demands spell them
 
@@ -118,34 +117,3 @@ def new_units(r: Ratio, new_anchors: int, s: Shares) -> list[tuple[int, int]]:
         else:
             batches.append((1, size))
     return batches
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What cannot be done, in words
-
-
-def unit_unplaced(
-    r: Ratio, count: int, fed_each: int, anchor_nodes: int, fed_nodes: int, gpus_per_node: int, largest: str
-) -> str:
-    """Why ``count`` units found no domain; ``largest`` says where the most room is."""
-    nodes = anchor_nodes + fed_each * fed_nodes
-    unit = f"1 {r.anchor_role} group of {problems.counted(anchor_nodes, 'node')}"
-    if fed_each:
-        unit += (
-            f" with the {problems.counted(fed_each, r.fed_role + ' group')} of "
-            f"{problems.counted(fed_nodes, 'node')} it {'feeds' if r.anchor_role == PREFILL else 'is fed by'}"
-        )
-    return (
-        f"{r.fed_role} and {r.anchor_role} are placed together ({r.fed} {r.fed_role} : {r.anchors} {r.anchor_role} "
-        f"groups): {unit} needs {problems.counted(nodes, 'free node')} ({nodes * gpus_per_node} GPUs) in one NVLink "
-        f"domain for each of {problems.counted(count, 'more unit')}; {largest}"
-    )
-
-
-def top_up_unplaced(r: Ratio, groups: int, domain: str, fed_nodes: int, free: int) -> str:
-    """Why ``groups`` fed groups could not join the anchors already running in ``domain`` (a short id)."""
-    return (
-        f"{r.fed_role}: {problems.counted(groups, 'more group')} must join the {r.anchor_role} groups in domain "
-        f"{domain} ({r.fed} {r.fed_role} : {r.anchors} {r.anchor_role} groups), which needs "
-        f"{problems.counted(groups * fed_nodes, 'free node')} there but it has {free} they can use"
-    )

@@ -1,7 +1,7 @@
 """Which NVLink domain each engine group goes to: whole groups, packed, never moved, never over-committed.
 
 Pure core, between inventory and render (inventory + spec → validate → **plan** → render → apply). The one
-entry point is ``plan(inv, demands, placements) -> Plan``; ``demands`` and ``placements`` turn a parsed
+entry point is ``plan(inv, demands, placements) -> Plan``; the module ``demands`` turns a parsed
 DeepSeekServing into its inputs. The operator calls it every reconcile, ``nvlfleet plan`` and
 ``nvlfleet render --nodes`` call it once.
 
@@ -20,9 +20,15 @@ Rules, in the order they apply:
 3. **New groups, demand by demand** in (namespace, name, larger groups first, role) order, so a serving's plan
    never depends on servings sorted after it. Each group goes to the domain that fits it with the fewest free
    nodes left (best fit: big holes stay big for big groups). Under ``pack`` a domain that already holds a
-   group of the same serving (either role) comes first, so prefill and decode share the NVLink fabric for the
-   KV-cache hand-off. Under ``spread`` the domain with the fewest groups of the role, then of the serving,
-   comes first (failure isolation; more groups than domains share domains evenly). Ties go to the smaller key.
+   group of the same serving (either role) comes first. Under ``spread`` the domain with the fewest groups of
+   the role, then of the serving, comes first (failure isolation; more groups than domains share domains
+   evenly). Ties go to the smaller key.
+   **Prefill and decode of one serving go in units** (``pairing``): each group of the role with fewer groups
+   takes its share of the other role's groups into its own domain, as a whole (the KV-cache hand-off stays on
+   NVLink). Rule 2 then takes both roles from one domain at a time (the serving's least-filled under ``pack``);
+   rule 3 first adds the groups the running ones are owed in their domains, then places whole units as it
+   places groups (their size is the unit's nodes; ``spread`` counts the anchor role's groups). A unit, or an
+   owed group, that fits nowhere waits with the reason; it is never placed apart.
 4. **Never over-commit.** Capacity is counted in nodes over the steady state the plan describes: a domain's
    free nodes minus the nodes that placed groups still need (groups of any serving that are placed but whose
    pods are not all bound yet, including groups planned a moment earlier in this same call). Nodes that a
@@ -35,9 +41,9 @@ Rules, in the order they apply:
 A pod of a group that sits on a cordoned or NotReady node is expected to be replaced, so its group still
 needs a free node. Everything is deterministic: same inputs, same plan; no clock, no randomness.
 
-Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread``, plus one
-pass over the nodes per distinct requirement. 1,000 groups on 100 racks (7,200 GPUs) plan in about 17 ms on a
-shared 2-core machine (``bench/planner_bench.py``).
+Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread`` (a P/D
+serving counts as two or three demands: its unit sizes), plus one pass over the nodes per distinct
+requirement. ``bench/run.py --only 3`` times 1,000 groups on 100 racks (7,200 GPUs).
 """
 
 from __future__ import annotations
@@ -47,9 +53,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet.api import models, names, problems
-from nvlfleet.core import inventory, pairing
-from nvlfleet.facts import hardware
+from nvlfleet.core import inventory, pairing, shortfall
 
 Strategy = Literal["pack", "spread"]
 
@@ -219,58 +223,6 @@ def _steps(ordered: Sequence[Demand]) -> list[Demand | _Pair]:
             taken.add(d.serving)
             steps.append(pairs[d.serving])
     return steps
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# From the API: a DeepSeekServing's demands and current placement
-
-
-def requirements(spec: models.DeepSeekServingSpec) -> inventory.NodeRequirements:
-    """What every vLLM pod of ``spec`` asks of a node. Raises ``problems.InvalidSpec`` for bad tolerations."""
-    gen = hardware.generation(spec.gpu.value)
-    return inventory.NodeRequirements(
-        gpu_product=gen.product,
-        gpus_per_node=gen.gpus_per_node,
-        tolerations=inventory.parse_tolerations([t.to_wire() for t in spec.pod.tolerations], "spec.pod.tolerations"),
-        node_selector=tuple(sorted(spec.pod.node_selector.items())),
-        scope="clique" if gen.multi_node_nvlink else "node",
-    )
-
-
-def demands(serving: models.DeepSeekServing) -> list[Demand]:
-    """One demand per role present in the spec."""
-    spec = serving.spec
-    req = requirements(spec)
-    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
-    return [
-        Demand(
-            serving=key,
-            role=role.value,
-            nodes_per_group=models.role_topology(spec.gpu, role_spec).nodes_per_group,
-            groups=role_spec.groups,
-            requirements=req,
-            strategy=spec.placement.strategy,
-        )
-        for role, role_spec in spec.roles_present()
-    ]
-
-
-def placements(serving: models.DeepSeekServing) -> list[Placement]:
-    """The serving's current placement from ``status.placement``, for roles its spec still has."""
-    if serving.status is None or serving.status.placement is None:
-        return []
-    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
-    placement = serving.status.placement
-    return [
-        Placement(
-            serving=key,
-            role=role.value,
-            nodes_per_group=models.role_topology(serving.spec.gpu, role_spec).nodes_per_group,
-            groups={d: g for d, g in sorted(placement[role.value].items()) if g > 0},
-        )
-        for role, role_spec in serving.spec.roles_present()
-        if role.value in placement
-    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -512,8 +464,7 @@ class _Book:
             if fits:
                 self.set_groups(fed, domain, fed.groups.get(domain, 0) + fits)
             if owed > fits:
-                short = inventory.short_domain(domain)
-                note = pairing.top_up_unplaced(r, owed - fits, short, fed_nodes, free - fits * fed_nodes)
+                note = shortfall.top_up_unplaced(r, owed - fits, domain, fed_nodes, free - fits * fed_nodes)
                 self.notes.setdefault(fed.key, []).append(note)
         new_anchors = r.anchors - sum(anchor.groups.values())
         for count, fed_each in pairing.new_units(r, new_anchors, shares) if new_anchors > 0 else ():
@@ -523,7 +474,7 @@ class _Book:
                 req = pair.anchor.requirements
                 largest = self.largest_block(req, anchor.cls)
                 args = (pair.anchor.nodes_per_group, fed_nodes, req.gpus_per_node, largest)
-                note = pairing.unit_unplaced(r, left, fed_each, *args)
+                note = shortfall.unit_unplaced(r, left, fed_each, *args)
                 for key in (anchor.key, fed.key):
                     self.notes.setdefault(key, []).append(note)
 
@@ -583,79 +534,29 @@ class _Book:
         return RolePlan(d.serving, d.role, d.nodes_per_group, d.groups, placed, unplaced, tuple(reasons))
 
     def waiting(self, owner: _Owner, d: Demand) -> list[str]:
-        out = []
-        for domain, groups in sorted(owner.groups.items()):
-            if self.waits(owner, domain):
-                slot = self.slots[domain]
-                out.append(
-                    f"{d.role}: {problems.counted(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
-                    f"wait for nodes: groups placed there still need {problems.counted(slot.need, 'free node')} "
-                    f"but it has {slot.limit} they can use"
-                )
-        return out
+        return [
+            shortfall.waiting(d.role, groups, domain, self.slots[domain].need, self.slots[domain].limit)
+            for domain, groups in sorted(owner.groups.items())
+            if self.waits(owner, domain)
+        ]
 
     def why_unplaced(self, d: Demand, unplaced: int) -> list[str]:
-        req, npg, cls = d.requirements, d.nodes_per_group, self.owners[d.owner].cls
-        gpus = npg * req.gpus_per_node
-        where = "one NVLink domain" if req.scope == "clique" else "one node"
-        if req.scope == "node" and npg > 1:
-            first = (
-                f"{d.role} needs {npg} nodes per group, but NVLink stops at the node for {req.gpu_product}: "
-                f"{problems.counted(unplaced, 'group')} cannot be placed"
-            )
-        else:
-            first = (
-                f"{d.role} needs {problems.counted(npg, 'free node')} ({gpus} GPUs) in {where} for each of "
-                f"{problems.counted(unplaced, 'more group')}; {self.largest_block(req, cls)}"
-            )
+        req, cls = d.requirements, self.owners[d.owner].cls
+        first = shortfall.unplaced(d.role, d.nodes_per_group, req, unplaced, self.largest_block(req, cls))
         return [first, self.fleet_summary(req, cls)]
 
     def largest_block(self, req: inventory.NodeRequirements, cls: int) -> str:
-        """Where the most free nodes that requirement class can still claim are, in words."""
         best_key, best_cap = "", 0
         for key in self.scope_keys[req.scope]:
             cap = self.capacity(self.slots[key], cls)
             if cap > best_cap:
                 best_key, best_cap = key, cap
-        if not best_cap:
-            return "no domain has a free node it can use"
-        where = inventory.short_domain(best_key)
-        return f"the largest free block is {problems.counted(best_cap, 'node')} in domain {where}"
+        return shortfall.largest(best_key, best_cap)
 
     def fleet_summary(self, req: inventory.NodeRequirements, cls: int) -> str:
-        """Where every node of the wanted product went, so a person can see what to fix."""
-        total, busy = 0, 0
-        excluded: dict[str, int] = {}
-        products: dict[str, int] = {}
-        for node in self.inv.nodes:
-            product = node.gpu_product
-            if product is not None:
-                products[product] = products.get(product, 0) + 1
-            if product != req.gpu_product:
-                continue
-            total += 1
-            reason = inventory.unusable_reason(node, req, self.inv.domain_label)
-            if reason is not None:
-                excluded[reason] = excluded.get(reason, 0) + 1
-            elif node.busy:
-                busy += 1
-        if total == 0:
-            have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
-            return f"no node has {names.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
         slots = [self.slots[k] for k in self.scope_keys[req.scope]]
         free = sum(slot.free_for.get(cls, 0) for slot in slots)
-        left = sum(max(0, self.capacity(slot, cls)) for slot in slots)
-        parts = [
-            f"of {problems.counted(total, req.gpu_product + ' node')}, {free} free and usable "
-            f"({free - left} of them needed by placed groups)",
-            f"{busy} running GPU pods",
-        ]
-        if excluded:
-            parts.append(
-                f"{sum(excluded.values())} not usable: "
-                + ", ".join(f"{c} {r}" for r, c in sorted(excluded.items(), key=lambda rc: (-rc[1], rc[0])))
-            )
-        return "; ".join(parts)
+        return shortfall.fleet(self.inv, req, free, sum(max(0, self.capacity(slot, cls)) for slot in slots))
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(

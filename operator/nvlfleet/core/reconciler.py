@@ -49,7 +49,7 @@ from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership, problems, reasons, servingstatus
 from nvlfleet.api import policy as policy_
-from nvlfleet.core import fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
+from nvlfleet.core import demands, fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
 from nvlfleet.facts import hardware
 
 # The API each child kind needs, with the sentence that tells a person what to install.
@@ -182,10 +182,10 @@ def reconcile(snap: Snapshot) -> Decision:
         view = snap.view if snap.view is not None and snap.view.domain_label == domain_label else None
         view = view or fleet_view(snap, domain_label)
         inv = view.inventory
-        demands = planner.demands(serving)
+        wanted = demands.of(serving)
         own_held = leaderworkersets.placements_of(key, serving, own_sets, domain_label)
         held = [*own_held, *(p for p in view.held if p.serving != key)]
-        plan = planner.plan(inv, demands, held)
+        plan = planner.plan(inv, wanted, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
     except problems.InvalidSpec as err:
