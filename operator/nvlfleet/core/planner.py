@@ -304,6 +304,8 @@ class _Book:
                             held = bound.setdefault(owner, {})
                             held[domain.key] = held.get(domain.key, 0) + 1
                 slot.limit = slot.free
+        # Each scope's slots in key order, for the best-fit scans (a domain only placements name is not in it).
+        self.scope_slots = {scope: [self.slots[k] for k in keys] for scope, keys in self.scope_keys.items()}
 
     # -- capacity ------------------------------------------------------------------------------------------
 
@@ -399,7 +401,7 @@ class _Book:
     def pack(self, owner: _Owner, d: Demand, missing: int) -> None:
         # Best fit is stable for a batch: after a domain takes a group it still has the fewest nodes left
         # among those that fit, so it takes as many groups as fit before the next scan.
-        slots = [self.slots[k] for k in self.scope_keys[d.requirements.scope]]
+        slots = self.scope_slots[d.requirements.scope]
         while missing > 0:
             best_slot, best_cap = _best_fit(slots, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
             if best_slot is None:
@@ -488,7 +490,7 @@ class _Book:
         """``count`` units under ``pack``, best fit for the unit's nodes (as ``pack``); returns how many did not fit."""
         size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
         cls, mine = self.owners[pair.anchor.owner].cls, self.serving_groups[pair.anchor.serving]
-        slots = [self.slots[k] for k in self.scope_keys["clique"]]
+        slots = self.scope_slots["clique"]
         while count > 0:
             best_slot, best_cap = _best_fit(slots, cls, size, mine)
             if best_slot is None:
