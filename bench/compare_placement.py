@@ -44,7 +44,7 @@ from localcluster import fleet as fleets
 from localcluster.operatorprocess import OperatorProcess
 
 from nvlfleet.api import models, names
-from nvlfleet.core import inventory, planner, render
+from nvlfleet.core import demands, inventory, render
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -200,7 +200,7 @@ def model_rows(racks: int, decode: int, prefill: int) -> list[baselines.Outcome]
     parsed = models.DeepSeekServing.model_validate(
         {**workload("flash", "model", decode, prefill), "metadata": {"name": "flash", "namespace": "model"}}
     )
-    return list(baselines.compare(inv, planner.demands(parsed)))
+    return list(baselines.compare(inv, demands.of(parsed)))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -286,7 +286,7 @@ def run_plain_client(
 
 def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
     """Placements of ``bodies`` planned together on the cluster's nodes, as nvlfleet's planner would."""
-    from nvlfleet.core import inventory, planner
+    from nvlfleet.core import demands, inventory, planner
 
     nodes = [n for n in json.loads(client.CoreV1Api(api).list_node(_preload_content=False).data)["items"]]
     ignored: list[Any] = []
@@ -295,7 +295,7 @@ def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) ->
         models.DeepSeekServing.model_validate({**b, "metadata": {**b["metadata"], "namespace": namespace}})
         for b in bodies
     ]
-    result = planner.plan(inv, [d for s in parsed for d in planner.demands(s)])
+    result = planner.plan(inv, [d for s in parsed for d in demands.of(s)])
     return {s.metadata.name: result.placement(inventory.ServingKey(namespace, s.metadata.name)) for s in parsed}
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from localcluster import fleet as fleets
 
 from support.servings import Cluster, groups_of, node_cliques, serving
 
@@ -57,9 +58,9 @@ def test_a_serving_becomes_leader_worker_sets_and_compute_domains_whose_groups_e
         lws["metadata"]["annotations"]["nvlfleet.io/domain-value"]: lws for lws in children["LeaderWorkerSet"]
     }
     assert {d: lws["spec"]["replicas"] for d, lws in lws_by_domain.items()} == placement
-    assert sorted(cd["metadata"]["name"] for cd in children["ComputeDomain"]) == sorted(
-        lws["metadata"]["name"] for lws in children["LeaderWorkerSet"]
-    )
+    assert sorted(cd["metadata"]["annotations"]["nvlfleet.io/domain-value"] for cd in children["ComputeDomain"]) == (
+        sorted(lws_by_domain)
+    )  # one per rack the serving uses
     assert sorted(s["metadata"]["name"] for s in children["Service"]) == ["flash-decode", "flash-router"]
     for kind in ("ServiceAccount", "Role", "RoleBinding", "Deployment"):
         assert [o["metadata"]["name"] for o in children[kind]] == ["flash-router"], kind
@@ -81,6 +82,48 @@ def test_a_serving_becomes_leader_worker_sets_and_compute_domains_whose_groups_e
         assert all(p.status.phase == "Running" for p in pods)
     reasons = [reason for _, reason, _ in cluster.events("flash")]
     assert {"Applied", "Placed", "Ready"} <= set(reasons)
+
+
+def test_a_prefill_decode_serving_lands_in_one_rack_and_both_roles_claim_its_compute_domain_channel(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    # Rack 0 keeps 6 usable trays: the decode group (4 trays) alone fits there best, but not with the 2 prefill
+    # groups (2 trays each) that feed it; placed as a unit, all three need 8 trays of one rack: rack 1.
+    fleet = gb200_fleet(racks=2, oddities=fleets.Oddities(rack=0, cordoned=12))
+    start_operator()
+    roles = {
+        "decode": {"groups": 1, "parallelism": {"tensor": 1, "nodesPerGroup": 4}},
+        "prefill": {"groups": 2, "parallelism": {"tensor": 1, "nodesPerGroup": 2}},
+    }
+    cluster.create(serving("pd", fleet, groups=1, roles=roles))
+
+    wait_for(lambda: cluster.ready("pd"), 240, "the prefill/decode serving to report Ready")
+
+    assert cluster.get("pd")["status"]["placement"] == {
+        "decode": {fleet.clique(1): 1},
+        "prefill": {fleet.clique(1): 2},
+    }
+    (compute_domain,) = cluster.children("pd")["ComputeDomain"]
+    channel = compute_domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    cliques = node_cliques(api_client, fleet)
+    pods = cluster.pods("pd")
+    groups = groups_of(pods)
+    assert sorted((key[0].rsplit("-", 1)[0], len(members)) for key, members in groups.items()) == [
+        ("pd-decode", 4),
+        ("pd-prefill", 2),
+        ("pd-prefill", 2),
+    ]
+    assert {cliques[p.spec.node_name] for p in pods} == {fleet.clique(1)}
+    assert {(c.name, c.resource_claim_template_name) for p in pods for c in p.spec.resource_claims} == {
+        ("compute-domain-channel", channel)
+    }
+    # Each pod's claim was made from that template and allocated (the pod runs): prefill and decode hold
+    # channels of one ComputeDomain.
+    assert all(p.status.phase == "Running" and p.status.resource_claim_statuses for p in pods)
 
 
 def test_the_periodic_recheck_writes_nothing_when_nothing_changed(

@@ -27,7 +27,7 @@ from kubernetes import client
 from localcluster import fleet as fleets
 
 from nvlfleet.api import models, names
-from nvlfleet.core import commandline, inventory, planner, render
+from nvlfleet.core import commandline, demands, inventory, planner, render
 from support import servingbuilder as sb
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def cluster_placement(
     mine = [n for n in inv.nodes if n.labels.get(fleets.LABEL_FLEET) == fleet_name]
     if not mine or any(not n.schedulable or n.taints for n in mine):
         return None
-    plan = planner.plan(inv, planner.demands(serving))
+    plan = planner.plan(inv, demands.of(serving))
     return (
         None
         if plan.unplaced

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import inventory, planner
+from nvlfleet.core import demands, inventory, pairing, planner
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -91,10 +91,10 @@ def test_two_servings_planned_together_never_over_commit_a_domain() -> None:
     assert plan.role(serving("b"), "decode").unplaced == 1
 
 
-def test_servings_are_planned_by_namespace_then_name_and_bigger_groups_first() -> None:
-    # If decode (2 nodes) went first it would take rack 1 and leave prefill (4 nodes) 5 → 1 in rack 0.
-    plan = planner.plan(fleet(5, 4), [demand("a", "decode", npg=2), demand("a", "prefill", npg=4), demand("b", npg=5)])
-    assert (racks(plan, "a", "prefill"), racks(plan, "a", "decode"), racks(plan, "b")) == ({1: 1}, {0: 1}, {})
+def test_servings_are_planned_by_namespace_then_name() -> None:
+    # If b went first it would take 5 of rack 0's 6 trays and leave a's unit (2 + 4 nodes) nowhere to go.
+    plan = planner.plan(fleet(6, 4), [demand("b", npg=5), demand("a", "decode", npg=2), demand("a", "prefill", npg=4)])
+    assert (racks(plan, "a", "prefill"), racks(plan, "a", "decode"), racks(plan, "b")) == ({0: 1}, {0: 1}, {})
     assert [(r.serving.name, r.role) for r in plan.roles] == [("a", "prefill"), ("a", "decode"), ("b", "decode")]
 
 
@@ -193,14 +193,6 @@ def test_pack_puts_prefill_next_to_its_decode_rather_than_in_the_tightest_hole()
     assert (racks(plan, "a", "decode"), racks(plan, "a", "prefill")) == ({2: 1}, {2: 1})
 
 
-def test_spread_puts_prefill_away_from_its_decode() -> None:
-    plan = planner.plan(
-        fleet(10, 2, 8),
-        [demand("a", "decode", npg=4, strategy="spread"), demand("a", "prefill", npg=2, strategy="spread")],
-    )
-    assert (racks(plan, "a", "decode"), racks(plan, "a", "prefill")) == ({2: 1}, {1: 1})
-
-
 def test_spread_uses_every_domain_before_doubling_up_and_pack_fills_one() -> None:
     spread = planner.plan(fleet(18, 18, 18), [demand("a", npg=2, groups=5, strategy="spread")])
     pack = planner.plan(fleet(18, 18, 18), [demand("a", npg=2, groups=5)])
@@ -208,10 +200,88 @@ def test_spread_uses_every_domain_before_doubling_up_and_pack_fills_one() -> Non
 
 
 def test_spread_isolates_groups_of_the_same_role_before_groups_of_the_serving() -> None:
-    # Rack 0 holds two decode groups, rack 1 one prefill group: the second prefill group goes to rack 0.
-    existing = [placed("a", "decode", racks={0: 2}), placed("a", "prefill", racks={1: 1})]
-    wanted = [demand("a", "decode", groups=2, strategy="spread"), demand("a", "prefill", groups=2, strategy="spread")]
-    assert racks(planner.plan(fleet(18, 18), wanted, existing), "a", "prefill") == {0: 1, 1: 1}
+    # Rack 0 holds two groups of a's decode, rack 1 one of its other role: a's second group there goes to rack 0.
+    existing = [placed("a", "decode", racks={0: 2}), placed("a", "other", racks={1: 1})]
+    wanted = [demand("a", "decode", groups=2, strategy="spread"), demand("a", "other", groups=2, strategy="spread")]
+    assert racks(planner.plan(fleet(18, 18), wanted, existing), "a", "other") == {0: 1, 1: 1}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prefill and decode as a unit
+
+
+def pd(name: str = "a", *, prefill: tuple[int, int], decode: tuple[int, int], **kwargs: Any) -> list[planner.Demand]:
+    """A serving's prefill and decode demands, each (groups, nodes per group)."""
+    return [
+        demand(name, "prefill", groups=prefill[0], npg=prefill[1], **kwargs),
+        demand(name, "decode", groups=decode[0], npg=decode[1], **kwargs),
+    ]
+
+
+def test_the_prefill_groups_that_feed_a_decode_group_land_in_its_domain() -> None:
+    # Alone, the decode group (4 nodes) fits rack 0 (6 free) best; with its 2 prefill groups it needs 8.
+    plan = planner.plan(fleet(6, 18), pd(prefill=(2, 2), decode=(1, 4)))
+    assert (racks(plan, "a", "prefill"), racks(plan, "a", "decode")) == ({1: 2}, {1: 1})
+
+
+def test_units_follow_the_prefill_to_decode_ratio_as_evenly_as_whole_groups_allow() -> None:
+    two_each = planner.plan(fleet(6, 6, 18), pd(prefill=(4, 1), decode=(2, 4)))
+    uneven = planner.plan(fleet(6, 5, 18), pd(prefill=(3, 1), decode=(2, 4)))
+    one_feeds_three = planner.plan(fleet(6, 7), pd(prefill=(1, 1), decode=(3, 2)))
+    assert (racks(two_each, "a", "prefill"), racks(two_each, "a", "decode")) == ({0: 2, 1: 2}, {0: 1, 1: 1})
+    assert (racks(uneven, "a", "prefill"), racks(uneven, "a", "decode")) == ({0: 2, 1: 1}, {0: 1, 1: 1})
+    assert (racks(one_feeds_three, "a", "prefill"), racks(one_feeds_three, "a", "decode")) == ({1: 1}, {1: 3})
+
+
+def test_a_unit_that_fits_no_domain_waits_whole_and_says_why() -> None:
+    plan = planner.plan(fleet(6, 6), pd(prefill=(2, 2), decode=(1, 4)))
+    prefill, decode = plan.role(serving("a"), "prefill"), plan.role(serving("a"), "decode")
+    assert (prefill.placed, prefill.unplaced, decode.placed, decode.unplaced) == ({}, 2, {}, 1)
+    assert decode.reasons == prefill.reasons
+    assert decode.reasons[0] == (
+        "prefill and decode are placed together (2 prefill : 1 decode groups): 1 decode group of 4 nodes with the "
+        "2 prefill groups of 2 nodes it is fed by needs 8 free nodes (32 GPUs) in one NVLink domain for each of "
+        f"1 more unit; the largest free block is 6 nodes in domain {inventory.short_domain(fb.clique(0))}"
+    )
+
+
+def test_a_scale_up_adds_prefill_groups_next_to_the_decode_group_they_feed() -> None:
+    existing = [placed("a", "prefill", npg=2, racks={0: 1}), placed("a", "decode", npg=4, racks={0: 1})]
+    plan = planner.plan(fleet(18, 2), pd(prefill=(2, 2), decode=(1, 4)), existing)
+    assert racks(plan, "a", "prefill") == {0: 2}  # not rack 1, where a lone group would fit best
+
+
+def test_a_prefill_group_that_cannot_join_its_running_decode_group_waits_rather_than_going_elsewhere() -> None:
+    existing = [placed("a", "prefill", npg=1, racks={0: 1}), placed("a", "decode", npg=4, racks={0: 1})]
+    plan = planner.plan(fleet(5, 18), pd(prefill=(2, 1), decode=(1, 4)), existing)
+    prefill = plan.role(serving("a"), "prefill")
+    assert (racks(plan, "a", "prefill"), prefill.unplaced) == ({0: 1}, 1)
+    assert prefill.reasons[0] == (
+        f"prefill: 1 more group must join the decode groups in domain {inventory.short_domain(fb.clique(0))} "
+        "(2 prefill : 1 decode groups), which needs 1 free node there but it has 0 they can use"
+    )
+
+
+def test_a_pack_scale_down_removes_whole_units_from_the_least_filled_domain() -> None:
+    existing = [placed("a", "prefill", racks={0: 2, 1: 1}), placed("a", "decode", racks={0: 2, 1: 1})]
+    plan = planner.plan(fleet(18, 18), pd(prefill=(2, 1), decode=(2, 1)), existing)
+    assert (racks(plan, "a", "prefill"), racks(plan, "a", "decode")) == ({0: 2}, {0: 2})
+
+
+def test_spread_puts_units_in_different_domains_and_pack_in_one() -> None:
+    spread = planner.plan(fleet(18, 18), pd(prefill=(2, 2), decode=(2, 4), strategy="spread"))
+    pack = planner.plan(fleet(18, 18), pd(prefill=(2, 2), decode=(2, 4)))
+    assert (racks(spread, "a", "prefill"), racks(spread, "a", "decode")) == ({0: 1, 1: 1}, {0: 1, 1: 1})
+    assert (racks(pack, "a", "prefill"), racks(pack, "a", "decode")) == ({0: 2}, {0: 2})
+
+
+def test_where_nvlink_stops_at_the_node_prefill_and_decode_are_placed_on_their_own() -> None:
+    inv = inventory.from_objects([fb.node(f"h{i}", product="NVIDIA-H200", gpus=8) for i in range(2)])
+    plan = planner.plan(inv, pd(prefill=(1, 1), decode=(1, 1), req=H200))
+    assert (plan.role(serving("a"), "prefill").placed, plan.role(serving("a"), "decode").placed) == (
+        {"h1": 1},
+        {"h0": 1},
+    )  # a unit of both would need two nodes in one node's NVLink domain
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -321,7 +391,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
         node_selector=(("pool", "serving"),),
     )
     key = serving("flash", "llm")
-    assert planner.demands(serving_object()) == [
+    assert demands.of(serving_object()) == [
         planner.Demand(key, "prefill", 1, 1, req, "spread"),
         planner.Demand(key, "decode", 2, 3, req, "spread"),
     ]
@@ -330,7 +400,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
 def test_current_placement_comes_from_status() -> None:
     obj = serving_object()
     obj.status = servingstatus.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
-    assert planner.placements(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
+    assert demands.current(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -416,9 +486,15 @@ def test_property_never_over_commit_never_split_never_move(s: Scenario) -> None:
 def test_property_unplaced_groups_really_had_no_room(s: Scenario) -> None:
     plan = planner.plan(s.inv, s.after, current_placements(s))
     left = {d.key: d.free_after for d in plan.domains}
+    units = paired(s.after)
     for role in plan.roles:
-        if role.unplaced:
+        pair = units.get(role.serving)
+        if pair is None and role.unplaced:
             assert all(free < role.nodes_per_group for free in left.values())
+        elif pair is not None and role.role == pair.anchor_role and role.unplaced:  # a whole unit had no room
+            anchor, fed = (plan.role(role.serving, r) for r in (pair.anchor_role, pair.fed_role))
+            largest_unit = anchor.nodes_per_group + -(-pair.fed // pair.anchors) * fed.nodes_per_group
+            assert all(free < largest_unit for free in left.values())
 
 
 @settings(max_examples=100, deadline=None)
@@ -431,10 +507,24 @@ def test_property_plans_are_deterministic_whatever_the_input_order(s: Scenario, 
     assert planner.plan(s.inv, s.after, current) == planner.plan(s.inv, shuffled_demands, shuffled_current)
 
 
+def paired(demands: Sequence[planner.Demand]) -> dict[inventory.ServingKey, pairing.Ratio]:
+    """The servings of these scenarios placed in P/D units: both roles with groups (one requirement, one
+    strategy per serving)."""
+    groups: dict[inventory.ServingKey, dict[str, int]] = {}
+    for d in demands:
+        groups.setdefault(d.serving, {})[d.role] = d.groups
+    return {
+        key: r
+        for key, roles in groups.items()
+        if (r := pairing.ratio(roles.get("prefill", 0), roles.get("decode", 0))) is not None
+    }
+
+
 def reference_plan(
     free: Mapping[str, int], demands: Sequence[planner.Demand], current: Sequence[planner.Placement]
 ) -> dict[inventory.RoleKey, dict[str, int]]:
-    """The rules applied literally, one group at a time (slow, obviously right; one requirement, no pods)."""
+    """The rules applied literally, one group (or P/D unit) at a time (slow, obviously right; one requirement,
+    no pods). The arithmetic of unit sizes is ``pairing``'s, tested on its own."""
     left = dict(free)
     groups: dict[inventory.RoleKey, dict[str, int]] = {}
     demanded = {d.owner for d in demands}
@@ -451,17 +541,33 @@ def reference_plan(
     def of_serving(d: planner.Demand, k: str) -> int:
         return sum(g.get(k, 0) for o, g in groups.items() if o.serving == d.serving)
 
+    units = paired(demands)
+    by_role = {(d.serving, d.role): d for d in demands}
+
+    def add(d: planner.Demand, k: str, n: int) -> None:
+        groups[d.owner][k] = groups[d.owner].get(k, 0) + n
+        left[k] -= n * d.nodes_per_group
+        if not groups[d.owner][k]:
+            del groups[d.owner][k]
+
     for d in order:
+        if d.serving in units:
+            if d.role == units[d.serving].anchor_role:
+                pair = [by_role[d.serving, units[d.serving].anchor_role], by_role[d.serving, units[d.serving].fed_role]]
+                ref_scale_down_pair(pair, groups, left, add)
+            continue
         mine = groups[d.owner]
         while sum(mine.values()) > d.groups:
             sign = 1 if d.strategy == "pack" else -1
             k = min(mine, key=lambda k: (0 if left[k] < 0 else 1, sign * mine[k], k))
-            mine[k] -= 1
-            left[k] += d.nodes_per_group
-            if not mine[k]:
-                del mine[k]
+            add(d, k, -1)
     for d in order:
         mine = groups[d.owner]
+        if d.serving in units:
+            if d.role == units[d.serving].anchor_role:
+                anchor, fed = by_role[d.serving, d.role], by_role[d.serving, units[d.serving].fed_role]
+                ref_scale_up_pair(units[d.serving], anchor, fed, groups, left, add, of_serving)
+            continue
         while sum(mine.values()) < d.groups:
             fits = [k for k in sorted(left) if left[k] >= d.nodes_per_group]
             if not fits:
@@ -470,9 +576,56 @@ def reference_plan(
                 k = min(fits, key=lambda k: (0 if of_serving(d, k) else 1, left[k] - d.nodes_per_group, k))
             else:
                 k = min(fits, key=lambda k: (mine.get(k, 0), of_serving(d, k), left[k] - d.nodes_per_group, k))
-            mine[k] = mine.get(k, 0) + 1
-            left[k] -= d.nodes_per_group
+            add(d, k, 1)
     return groups
+
+
+def ref_scale_down_pair(pair: list[planner.Demand], groups: Any, left: dict[str, int], add: Any) -> None:
+    """One group of each role with a surplus at a time, from the domain the rule names."""
+    sign = 1 if pair[0].strategy == "pack" else -1
+
+    def surplus(d: planner.Demand) -> int:
+        return sum(groups[d.owner].values()) - d.groups
+
+    while any(surplus(d) > 0 for d in pair):
+        held = {k for d in pair if surplus(d) > 0 for k in groups[d.owner]}
+        total = {k: sum(groups[d.owner].get(k, 0) for d in pair) for k in held}
+        k = min(held, key=lambda k: (0 if left[k] < 0 else 1, sign * total[k], k))
+        for d in pair:
+            if surplus(d) > 0 and groups[d.owner].get(k, 0):
+                add(d, k, -1)
+
+
+def ref_scale_up_pair(
+    r: pairing.Ratio,
+    anchor: planner.Demand,
+    fed: planner.Demand,
+    groups: Any,
+    left: dict[str, int],
+    add: Any,
+    of_serving: Any,
+) -> None:
+    """Top up the anchors' domains one fed group at a time, then place new units one at a time."""
+    shares = pairing.shares(r, groups[anchor.owner], groups[fed.owner])
+    for k, owed in shares.deficit.items():
+        for _ in range(owed):
+            if left.get(k, 0) >= fed.nodes_per_group:
+                add(fed, k, 1)
+    new_anchors = r.anchors - sum(groups[anchor.owner].values())
+    for count, fed_each in pairing.new_units(r, new_anchors, shares) if new_anchors > 0 else ():
+        size = anchor.nodes_per_group + fed_each * fed.nodes_per_group
+        for _ in range(count):
+            fits = [k for k in sorted(left) if left[k] >= size]
+            if not fits:
+                break
+            if anchor.strategy == "pack":
+                k = min(fits, key=lambda k: (0 if of_serving(anchor, k) else 1, left[k] - size, k))
+            else:
+                mine = groups[anchor.owner]
+                k = min(fits, key=lambda k: (mine.get(k, 0), of_serving(anchor, k), left[k] - size, k))
+            add(anchor, k, 1)
+            if fed_each:
+                add(fed, k, fed_each)
 
 
 @settings(max_examples=200, deadline=None)

@@ -17,7 +17,7 @@ import pytest
 
 from nvlfleet.adapters import operator
 from nvlfleet.api import crd, names, reasons
-from nvlfleet.core import inventory, leaderworkersets, planner, reconciler, render, validation
+from nvlfleet.core import demands, inventory, leaderworkersets, planner, reconciler, render, validation
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -361,8 +361,48 @@ def test_groups_that_spill_into_a_second_rack_get_their_own_leader_worker_set_an
 
     assert shrunk.placement == {"decode": {fb.clique(0): 9}}
     pruned = render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(1))
-    assert kinds_and_names(shrunk.delete) == [("ComputeDomain", pruned), ("LeaderWorkerSet", pruned)]
+    pruned_domain = render.compute_domain_name("dsv41", fb.clique(1))
+    assert kinds_and_names(shrunk.delete) == [("ComputeDomain", pruned_domain), ("LeaderWorkerSet", pruned)]
     assert ("Normal", "Pruned") in [(e.type, e.reason) for e in shrunk.events]
+
+
+def pd_serving(prefill_groups: int = 1, decode_groups: int = 1) -> dict[str, Any]:
+    return serving(groups=decode_groups, nodes=2, prefill=sb.role(groups=prefill_groups, tensor=1, nodes=1))
+
+
+def test_prefill_and_decode_in_one_rack_share_a_compute_domain_pruned_only_with_the_last_group_there() -> None:
+    cluster = Cluster(pd_serving(), two_racks())
+    cluster.converge()
+    shared = ("ComputeDomain", render.compute_domain_name("dsv41", fb.clique(0)))
+    assert [k for k in cluster.children if k[0] == "ComputeDomain"] == [shared]
+
+    cluster.serving["spec"]["roles"]["prefill"]["groups"] = 0
+    without_prefill = cluster.converge()
+    assert kinds_and_names(without_prefill.delete) == [
+        ("LeaderWorkerSet", render.lws_name("dsv41", render.models.RoleName.PREFILL, fb.clique(0)))
+    ]
+
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 0
+    empty = cluster.converge()
+    assert kinds_and_names(empty.delete) == [
+        shared,
+        ("LeaderWorkerSet", render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(0))),
+    ]
+
+
+def test_a_refused_child_deletes_only_the_compute_domains_no_leader_worker_set_claims() -> None:
+    cluster = Cluster(pd_serving(), two_racks())
+    cluster.converge()
+    decode = ("LeaderWorkerSet", render.lws_name("dsv41", render.models.RoleName.DECODE, fb.clique(0)))
+    del cluster.children[decode]  # the prefill group still claims the rack's ComputeDomain
+    kept = reconciler.refused(cluster.snapshot(), *decode, "exceeded quota")
+    del cluster.children[("LeaderWorkerSet", render.lws_name("dsv41", render.models.RoleName.PREFILL, fb.clique(0)))]
+    orphaned = reconciler.refused(cluster.snapshot(), *decode, "exceeded quota")
+
+    assert (kinds_and_names(kept.delete), kinds_and_names(orphaned.delete)) == (
+        [],
+        [("ComputeDomain", render.compute_domain_name("dsv41", fb.clique(0)))],
+    )
 
 
 def test_only_children_with_the_labels_and_an_owner_reference_to_this_serving_are_ever_deleted() -> None:
@@ -440,7 +480,7 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
 
     parsed = validation.parse(cluster.serving)[0]
     assert parsed is not None
-    expected = planner.plan(inventory.from_objects(nodes), planner.demands(parsed))
+    expected = planner.plan(inventory.from_objects(nodes), demands.of(parsed))
     (role_plan,) = expected.roles
     capacity = condition(decision.status, reasons.INSUFFICIENT_CAPACITY)
     assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from nvlfleet import cli
 from nvlfleet.api import models, names, policy, problems
-from nvlfleet.core import commandline, inventory, planner, profile_data, profiles, render, validation
+from nvlfleet.core import commandline, demands, inventory, planner, profile_data, profiles, render, validation
 from nvlfleet.facts import facts, hardware
 from support import fleetbuilder as fb
 from support import golden_cases
@@ -353,14 +353,57 @@ def test_one_leaderworkerset_and_computedomain_per_domain_and_one_service_per_ro
     manifests = rendered({"decode": {sb.CLIQUE_B: 1, sb.CLIQUE_A: 2}}, groups=3, monitoring={"podMonitor": True})
 
     assert [(m["kind"], m["metadata"]["name"]) for m in manifests] == [
-        ("ComputeDomain", f"dsv41-decode-{render.short_hash(sb.CLIQUE_A)}"),
+        ("ComputeDomain", f"dsv41-{render.short_hash(sb.CLIQUE_A)}"),
+        ("ComputeDomain", f"dsv41-{render.short_hash(sb.CLIQUE_B)}"),
         ("LeaderWorkerSet", f"dsv41-decode-{render.short_hash(sb.CLIQUE_A)}"),
-        ("ComputeDomain", f"dsv41-decode-{render.short_hash(sb.CLIQUE_B)}"),
         ("LeaderWorkerSet", f"dsv41-decode-{render.short_hash(sb.CLIQUE_B)}"),
         ("Service", "dsv41-decode"),
         ("PodMonitor", "dsv41"),
     ]
     assert [lws["spec"]["replicas"] for lws in kinds(manifests, "LeaderWorkerSet")] == [2, 1]
+
+
+def claimed_templates(lws: dict[str, Any]) -> set[str]:
+    """The ComputeDomain channel templates the pods of one LeaderWorkerSet claim (leader and workers)."""
+    return {
+        claim["resourceClaimTemplateName"]
+        for template in filter(None, templates(lws))
+        for claim in template["spec"]["resourceClaims"]
+    }
+
+
+def test_prefill_and_decode_groups_in_one_domain_share_its_compute_domain() -> None:
+    placement = {"prefill": {sb.CLIQUE_A: 2}, "decode": {sb.CLIQUE_A: 1, sb.CLIQUE_B: 1}}
+    manifests = rendered(placement, prefill=sb.role(groups=2, tensor=1, nodes=2))
+    domains = {
+        cd["metadata"]["annotations"][names.DOMAIN_VALUE_ANNOTATION]: cd for cd in kinds(manifests, "ComputeDomain")
+    }
+    channel = {d: cd["spec"]["channel"]["resourceClaimTemplate"]["name"] for d, cd in domains.items()}
+
+    assert {d: cd["metadata"]["name"] for d, cd in domains.items()} == {
+        sb.CLIQUE_A: f"dsv41-{render.short_hash(sb.CLIQUE_A)}",
+        sb.CLIQUE_B: f"dsv41-{render.short_hash(sb.CLIQUE_B)}",
+    }
+    assert {
+        (lws["metadata"]["labels"][names.ROLE_LABEL], lws["metadata"]["annotations"][names.DOMAIN_VALUE_ANNOTATION]): (
+            claimed_templates(lws)
+        )
+        for lws in kinds(manifests, "LeaderWorkerSet")
+    } == {
+        ("prefill", sb.CLIQUE_A): {channel[sb.CLIQUE_A]},
+        ("decode", sb.CLIQUE_A): {channel[sb.CLIQUE_A]},
+        ("decode", sb.CLIQUE_B): {channel[sb.CLIQUE_B]},
+    }
+    assert all(names.ROLE_LABEL not in cd["metadata"]["labels"] for cd in domains.values())
+
+
+def test_unpinned_roles_share_one_compute_domain() -> None:
+    manifests = rendered(None, prefill=sb.role(groups=1, tensor=1, nodes=1))
+    (cd,) = kinds(manifests, "ComputeDomain")
+
+    assert cd["metadata"]["name"] == "dsv41-unpinned"
+    channel = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    assert [claimed_templates(lws) for lws in kinds(manifests, "LeaderWorkerSet")] == [{channel}, {channel}]
 
 
 def test_pods_are_pinned_to_their_clique_and_gpu_product_and_claim_its_channel() -> None:
@@ -527,9 +570,11 @@ def test_names_fit_the_leaderworkerset_budget_and_stay_distinct() -> None:
     names = {render.lws_name(n, role, sb.CLIQUE_A) for n in (long_a, long_b) for role in models.RoleName} | {
         render.service_name(n, role) for n in (long_a, long_b) for role in models.RoleName
     }
+    domains = {render.compute_domain_name(n, d) for n in (long_a, long_b) for d in (sb.CLIQUE_A, sb.CLIQUE_B)}
 
-    assert len(names) == 8
+    assert (len(names), len(domains)) == (8, 4)
     assert all(len(render.lws_name(n, models.RoleName.PREFILL, sb.CLIQUE_A)) <= 48 for n in (long_a, long_b))
+    assert all(len(n) <= 48 for n in domains)
     assert all(len(n) <= 63 for n in names)
 
 
@@ -640,7 +685,7 @@ def test_render_command_places_groups_on_the_given_nodes(capsys: pytest.CaptureF
     manifests = json.loads(out)
     serving = models.DeepSeekServing.model_validate(yaml.safe_load(EXAMPLE.read_text()))
     node_list = yaml.safe_load(NODES.read_text())["items"]
-    plan = planner.plan(inventory.from_objects(node_list), planner.demands(serving))
+    plan = planner.plan(inventory.from_objects(node_list), demands.of(serving))
     assert manifests == render.render(serving, plan.placement(inventory.ServingKey("inference", serving.metadata.name)))
     assert all(m["metadata"]["labels"]["nvlfleet.io/domain"] != "unpinned" for m in kinds(manifests, "LeaderWorkerSet"))
     assert err == ""

@@ -412,7 +412,12 @@ class PlacementSpec(schema.Model):
     ] = "pack"
     compute_domain: Annotated[
         bool,
-        pydantic.Field(description="Create a ComputeDomain (multi-node NVLink / IMEX) per LeaderWorkerSet."),
+        pydantic.Field(
+            description=(
+                "Create a ComputeDomain (multi-node NVLink / IMEX) per NVLink domain the serving occupies, "
+                "shared by its prefill and decode groups there."
+            )
+        ),
     ] = True
 
 

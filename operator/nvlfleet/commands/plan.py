@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import inventory, planner, validation
+from nvlfleet.core import demands, inventory, planner, validation
 
 _T = TypeVar("_T")
 
@@ -76,19 +76,19 @@ def run(args: argparse.Namespace) -> int:
             )
         label = labels.pop() if labels else names.DEFAULT_DOMAIN_LABEL
         inv = _inventory(args.nodes, args.pods, label)
-        demands: list[planner.Demand] = []
+        wanted: list[planner.Demand] = []
         current: list[planner.Placement] = []
         for source, serving in servings:
             try:
-                demands += planner.demands(serving)
+                wanted += demands.of(serving)
             except problems.InvalidSpec as err:
                 raise BadInput(_problems(source, err.problems)) from None
-            current += planner.placements(serving)
+            current += demands.current(serving)
     except (BadInput, ValueError) as err:
         print(f"nvlfleet plan: {err}", file=sys.stderr)
         return 1
     started = time.perf_counter()
-    result = planner.plan(inv, demands, current)
+    result = planner.plan(inv, wanted, current)
     seconds = time.perf_counter() - started
     gpus = {inventory.ServingKey(s.metadata.namespace, s.metadata.name): s.spec for _, s in servings}
     if args.output == "json":
@@ -122,7 +122,7 @@ def as_json(
             {
                 "role": role.role,
                 "nodesPerGroup": role.nodes_per_group,
-                "gpusPerGroup": role.nodes_per_group * planner.requirements(spec).gpus_per_node,
+                "gpusPerGroup": role.nodes_per_group * demands.requirements(spec).gpus_per_node,
                 "groups": role.groups,
                 "placed": dict(role.placed),
                 "unplaced": role.unplaced,

@@ -25,7 +25,7 @@ import yaml
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import disaggregation, inventory, planner, profiles, render, validation
+from nvlfleet.core import demands, disaggregation, inventory, planner, profiles, render, validation
 
 
 class BadInput(Exception):
@@ -160,11 +160,11 @@ def _placements(
     pods = [obj for _, obj in _documents(pods_path)] if pods_path else []
     try:
         inv = inventory.from_objects(nodes, pods, labels.pop())
-        demands = [d for _, s in servings for d in planner.demands(s)]
+        wanted = [d for _, s in servings for d in demands.of(s)]
     except problems.InvalidSpec as err:
         raise BadInput(_problems(nodes_path, err.problems)) from None
-    current = [p for _, s in servings for p in planner.placements(s)]
-    result = planner.plan(inv, demands, current)
+    current = [p for _, s in servings for p in demands.current(s)]
+    result = planner.plan(inv, wanted, current)
     unplaced = [
         f"{role.serving} {role.role}: {role.unplaced} of {role.groups} group(s) not placed: {reason}"
         for role in result.roles

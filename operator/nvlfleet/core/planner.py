@@ -1,7 +1,7 @@
 """Which NVLink domain each engine group goes to: whole groups, packed, never moved, never over-committed.
 
 Pure core, between inventory and render (inventory + spec → validate → **plan** → render → apply). The one
-entry point is ``plan(inv, demands, placements) -> Plan``; ``demands`` and ``placements`` turn a parsed
+entry point is ``plan(inv, demands, placements) -> Plan``; the module ``demands`` turns a parsed
 DeepSeekServing into its inputs. The operator calls it every reconcile, ``nvlfleet plan`` and
 ``nvlfleet render --nodes`` call it once.
 
@@ -20,9 +20,15 @@ Rules, in the order they apply:
 3. **New groups, demand by demand** in (namespace, name, larger groups first, role) order, so a serving's plan
    never depends on servings sorted after it. Each group goes to the domain that fits it with the fewest free
    nodes left (best fit: big holes stay big for big groups). Under ``pack`` a domain that already holds a
-   group of the same serving (either role) comes first, so prefill and decode share the NVLink fabric for the
-   KV-cache hand-off. Under ``spread`` the domain with the fewest groups of the role, then of the serving,
-   comes first (failure isolation; more groups than domains share domains evenly). Ties go to the smaller key.
+   group of the same serving (either role) comes first. Under ``spread`` the domain with the fewest groups of
+   the role, then of the serving, comes first (failure isolation; more groups than domains share domains
+   evenly). Ties go to the smaller key.
+   **Prefill and decode of one serving go in units** (``pairing``): each group of the role with fewer groups
+   takes its share of the other role's groups into its own domain, as a whole (the KV-cache hand-off stays on
+   NVLink). Rule 2 then takes both roles from one domain at a time (the serving's least-filled under ``pack``);
+   rule 3 first adds the groups the running ones are owed in their domains, then places whole units as it
+   places groups (their size is the unit's nodes; ``spread`` counts the anchor role's groups). A unit, or an
+   owed group, that fits nowhere waits with the reason; it is never placed apart.
 4. **Never over-commit.** Capacity is counted in nodes over the steady state the plan describes: a domain's
    free nodes minus the nodes that placed groups still need (groups of any serving that are placed but whose
    pods are not all bound yet, including groups planned a moment earlier in this same call). Nodes that a
@@ -35,10 +41,10 @@ Rules, in the order they apply:
 A pod of a group that sits on a cordoned or NotReady node is expected to be replaced, so its group still
 needs a free node. Everything is deterministic: same inputs, same plan; no clock, no randomness.
 
-Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread``, plus one
-pass over the nodes per distinct requirement. ``.venv/bin/python bench/planner_bench.py`` times 1,000 groups on
-100 racks (7,200 GPUs): a fresh ``pack`` plan took a median of 24.9 ms (worst 37.7 ms of 30) on the shared 2-core
-development machine at a load average of 20 (2026-12-02); run it for your own machine's figure.
+Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread`` (a P/D
+serving counts as two or three demands: its unit sizes), plus one pass over the nodes per distinct
+requirement. ``bench/run.py --only 3`` (or ``bench/planner_bench.py``) times 1,000 groups on 100 racks (7,200
+GPUs); run it for your own machine's figure (it varies by a factor of several with the machine's load).
 """
 
 from __future__ import annotations
@@ -48,9 +54,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet.api import models, names, problems
-from nvlfleet.core import inventory
-from nvlfleet.facts import hardware
+from nvlfleet.core import inventory, pairing, shortfall
 
 Strategy = Literal["pack", "spread"]
 
@@ -172,63 +176,54 @@ def plan(inv: inventory.Inventory, demands: Sequence[Demand], placements: Iterab
         book.open(d.owner, d.nodes_per_group, d.requirements, existing.groups if existing else {})
     for p in sorted(current.values(), key=lambda p: p.owner):
         book.open(p.owner, p.nodes_per_group, None, p.groups)
-    for d in ordered:
-        book.scale_down(d)
-    for d in ordered:
-        book.scale_up(d)
+    steps = _steps(ordered)
+    for step in steps:
+        if isinstance(step, Demand):
+            book.scale_down(step)
+        else:
+            book.scale_down_pair(step)
+    for step in steps:
+        if isinstance(step, Demand):
+            book.scale_up(step)
+        else:
+            book.scale_up_pair(step)
     return Plan(roles=tuple(book.role_plan(d) for d in ordered), domains=book.usage())
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# From the API: a DeepSeekServing's demands and current placement
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    """The prefill and decode demands of one serving, placed in units (``pairing``)."""
+
+    anchor: Demand
+    fed: Demand
+    ratio: pairing.Ratio
 
 
-def requirements(spec: models.DeepSeekServingSpec) -> inventory.NodeRequirements:
-    """What every vLLM pod of ``spec`` asks of a node. Raises ``problems.InvalidSpec`` for bad tolerations."""
-    gen = hardware.generation(spec.gpu.value)
-    return inventory.NodeRequirements(
-        gpu_product=gen.product,
-        gpus_per_node=gen.gpus_per_node,
-        tolerations=inventory.parse_tolerations([t.to_wire() for t in spec.pod.tolerations], "spec.pod.tolerations"),
-        node_selector=tuple(sorted(spec.pod.node_selector.items())),
-        scope="clique" if gen.multi_node_nvlink else "node",
-    )
-
-
-def demands(serving: models.DeepSeekServing) -> list[Demand]:
-    """One demand per role present in the spec."""
-    spec = serving.spec
-    req = requirements(spec)
-    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
-    return [
-        Demand(
-            serving=key,
-            role=role.value,
-            nodes_per_group=models.role_topology(spec.gpu, role_spec).nodes_per_group,
-            groups=role_spec.groups,
-            requirements=req,
-            strategy=spec.placement.strategy,
-        )
-        for role, role_spec in spec.roles_present()
-    ]
-
-
-def placements(serving: models.DeepSeekServing) -> list[Placement]:
-    """The serving's current placement from ``status.placement``, for roles its spec still has."""
-    if serving.status is None or serving.status.placement is None:
-        return []
-    key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
-    placement = serving.status.placement
-    return [
-        Placement(
-            serving=key,
-            role=role.value,
-            nodes_per_group=models.role_topology(serving.spec.gpu, role_spec).nodes_per_group,
-            groups={d: g for d, g in sorted(placement[role.value].items()) if g > 0},
-        )
-        for role, role_spec in serving.spec.roles_present()
-        if role.value in placement
-    ]
+def _steps(ordered: Sequence[Demand]) -> list[Demand | _Pair]:
+    """The demands in plan order, the prefill and decode demands of a serving placed in units (``pairing`` says
+    when) taken together where the first of them comes."""
+    by_serving: dict[inventory.ServingKey, dict[str, Demand]] = {}
+    for d in ordered:
+        by_serving.setdefault(d.serving, {})[d.role] = d
+    pairs: dict[inventory.ServingKey, _Pair] = {}
+    for key, roles in by_serving.items():
+        prefill, decode = roles.get(pairing.PREFILL), roles.get(pairing.DECODE)
+        if prefill is None or decode is None or prefill.requirements != decode.requirements:
+            continue
+        r = pairing.ratio(prefill.groups, decode.groups)
+        if r is None or prefill.strategy != decode.strategy or prefill.requirements.scope != "clique":
+            continue
+        anchor, fed = (decode, prefill) if r.anchor_role == pairing.DECODE else (prefill, decode)
+        pairs[key] = _Pair(anchor, fed, r)
+    steps: list[Demand | _Pair] = []
+    taken: set[inventory.ServingKey] = set()
+    for d in ordered:
+        if d.serving not in pairs:
+            steps.append(d)
+        elif d.serving not in taken:
+            taken.add(d.serving)
+            steps.append(pairs[d.serving])
+    return steps
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -287,6 +282,7 @@ class _Book:
         self.scope_keys: dict[inventory.Scope, list[str]] = {}
         self.scopes_used: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
+        self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
@@ -309,6 +305,8 @@ class _Book:
                             held = bound.setdefault(owner, {})
                             held[domain.key] = held.get(domain.key, 0) + 1
                 slot.limit = slot.free
+        # Each scope's slots in key order, for the best-fit scans (a domain only placements name is not in it).
+        self.scope_slots = {scope: [self.slots[k] for k in keys] for scope, keys in self.scope_keys.items()}
 
     # -- capacity ------------------------------------------------------------------------------------------
 
@@ -404,24 +402,12 @@ class _Book:
     def pack(self, owner: _Owner, d: Demand, missing: int) -> None:
         # Best fit is stable for a batch: after a domain takes a group it still has the fewest nodes left
         # among those that fit, so it takes as many groups as fit before the next scan.
-        npg, cls = d.nodes_per_group, owner.cls
-        mine = self.serving_groups[d.serving]
-        slots = [self.slots[k] for k in self.scope_keys[d.requirements.scope]]
+        slots = self.scope_slots[d.requirements.scope]
         while missing > 0:
-            # The hot loop of the planner: capacity() and the rank (near first, then fewest left, then key:
-            # slots are in key order and only a strictly better rank replaces the best) are inlined.
-            best_slot, best_cap, best_near, best_left = None, 0, 2, 0
-            for slot in slots:
-                free = slot.free_for.get(cls, 0)
-                cap = (free if free < slot.limit else slot.limit) - slot.need
-                if cap < npg:
-                    continue
-                near = 0 if mine.get(slot.key, 0) > 0 else 1
-                if near < best_near or (near == best_near and cap - npg < best_left):
-                    best_slot, best_cap, best_near, best_left = slot, cap, near, cap - npg
+            best_slot, best_cap = _best_fit(slots, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
             if best_slot is None:
                 return
-            take = min(missing, best_cap // npg)
+            take = min(missing, best_cap // d.nodes_per_group)
             self.set_groups(owner, best_slot.key, owner.groups.get(best_slot.key, 0) + take)
             missing -= take
 
@@ -445,88 +431,135 @@ class _Book:
             if cap >= npg:
                 heapq.heappush(heap, (owner.groups[key], mine[key], cap - npg, key))
 
+    # -- prefill and decode in units (``pairing``) ------------------------------------------------------------
+
+    def scale_down_pair(self, pair: _Pair) -> None:
+        """Both roles' surplus, domain by domain: first where groups wait for nodes, then under ``pack`` the
+        domain holding the fewest groups of the serving (both roles: a unit goes away whole), under ``spread``
+        the one holding the most. Ties go to the smaller key."""
+        owners = (self.owners[pair.anchor.owner], self.owners[pair.fed.owner])
+        surplus = [sum(o.groups.values()) - d.groups for o, d in zip(owners, (pair.anchor, pair.fed), strict=True)]
+        pack = pair.anchor.strategy == "pack"
+
+        def order(domain: str) -> tuple[int, int, str]:
+            count = sum(o.groups.get(domain, 0) for o in owners)
+            return (0 if any(self.waits(o, domain) for o in owners) else 1, count if pack else -count, domain)
+
+        while any(n > 0 for n in surplus):
+            domain = min({k for o, n in zip(owners, surplus, strict=True) if n > 0 for k in o.groups}, key=order)
+            for i, owner in enumerate(owners):
+                here = owner.groups.get(domain, 0)
+                if surplus[i] > 0 and here:
+                    take = min(surplus[i], here) if pack else 1
+                    self.set_groups(owner, domain, here - take)
+                    surplus[i] -= take
+
+    def scale_up_pair(self, pair: _Pair) -> None:
+        """First the fed groups the anchors already placed are owed, in their domains; then the missing units,
+        each whole in one domain. What cannot be done waits, with the reason in ``notes``: a fed group is never
+        put where its anchor is not."""
+        anchor, fed = self.owners[pair.anchor.owner], self.owners[pair.fed.owner]
+        r, fed_nodes = pair.ratio, pair.fed.nodes_per_group
+        shares = pairing.shares(r, anchor.groups, fed.groups)
+        for domain, owed in shares.deficit.items():
+            free = max(0, self.capacity(self.slot(domain), fed.cls))
+            fits = min(owed, free // fed_nodes)
+            if fits:
+                self.set_groups(fed, domain, fed.groups.get(domain, 0) + fits)
+            if owed > fits:
+                note = shortfall.top_up_unplaced(r, owed - fits, domain, fed_nodes, free - fits * fed_nodes)
+                self.notes.setdefault(fed.key, []).append(note)
+        new_anchors = r.anchors - sum(anchor.groups.values())
+        for count, fed_each in pairing.new_units(r, new_anchors, shares) if new_anchors > 0 else ():
+            place = self.pack_units if pair.anchor.strategy == "pack" else self.spread_units
+            left = place(pair, count, fed_each)
+            if left:
+                req = pair.anchor.requirements
+                largest = self.largest_block(req, anchor.cls)
+                args = (pair.anchor.nodes_per_group, fed_nodes, req.gpus_per_node, largest)
+                note = shortfall.unit_unplaced(r, left, fed_each, *args)
+                for key in (anchor.key, fed.key):
+                    self.notes.setdefault(key, []).append(note)
+
+    def add_units(self, pair: _Pair, domain: str, units: int, fed_each: int) -> None:
+        anchor, fed = self.owners[pair.anchor.owner], self.owners[pair.fed.owner]
+        self.set_groups(anchor, domain, anchor.groups.get(domain, 0) + units)
+        if fed_each:
+            self.set_groups(fed, domain, fed.groups.get(domain, 0) + units * fed_each)
+
+    def pack_units(self, pair: _Pair, count: int, fed_each: int) -> int:
+        """``count`` units under ``pack``, best fit for the unit's nodes (as ``pack``); returns how many did not fit."""
+        size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
+        cls, mine = self.owners[pair.anchor.owner].cls, self.serving_groups[pair.anchor.serving]
+        slots = self.scope_slots["clique"]
+        while count > 0:
+            best_slot, best_cap = _best_fit(slots, cls, size, mine)
+            if best_slot is None:
+                return count
+            take = min(count, best_cap // size)
+            self.add_units(pair, best_slot.key, take, fed_each)
+            count -= take
+        return 0
+
+    def spread_units(self, pair: _Pair, count: int, fed_each: int) -> int:
+        """``count`` units under ``spread``, one at a time to the domain with the fewest anchor groups, then
+        groups of the serving, then best fit (as ``spread``); returns how many did not fit."""
+        anchor = self.owners[pair.anchor.owner]
+        size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
+        mine = self.serving_groups[pair.anchor.serving]
+        heap: list[tuple[int, int, int, str]] = []
+        for key in self.scope_keys["clique"]:
+            cap = self.capacity(self.slots[key], anchor.cls)
+            if cap >= size:
+                heap.append((anchor.groups.get(key, 0), mine.get(key, 0), cap - size, key))
+        heapq.heapify(heap)
+        while count > 0 and heap:
+            key = heapq.heappop(heap)[3]
+            self.add_units(pair, key, 1, fed_each)
+            count -= 1
+            cap = self.capacity(self.slots[key], anchor.cls)
+            if cap >= size:
+                heapq.heappush(heap, (anchor.groups[key], mine[key], cap - size, key))
+        return count
+
     # -- results --------------------------------------------------------------------------------------------
 
     def role_plan(self, d: Demand) -> RolePlan:
         owner = self.owners[d.owner]
         placed = dict(sorted(owner.groups.items()))
         unplaced = max(0, d.groups - sum(placed.values()))
-        reasons = [*self.waiting(owner, d), *(self.why_unplaced(d, unplaced) if unplaced else ())]
+        notes = self.notes.get(owner.key)
+        if unplaced and notes:  # placed in units with the other role: the unit's reason
+            why = [*dict.fromkeys(notes), self.fleet_summary(d.requirements, owner.cls)]
+        else:
+            why = self.why_unplaced(d, unplaced) if unplaced else []
+        reasons = [*self.waiting(owner, d), *why]
         return RolePlan(d.serving, d.role, d.nodes_per_group, d.groups, placed, unplaced, tuple(reasons))
 
     def waiting(self, owner: _Owner, d: Demand) -> list[str]:
-        out = []
-        for domain, groups in sorted(owner.groups.items()):
-            if self.waits(owner, domain):
-                slot = self.slots[domain]
-                out.append(
-                    f"{d.role}: {problems.counted(groups, 'group')} placed in domain {inventory.short_domain(domain)} "
-                    f"wait for nodes: groups placed there still need {problems.counted(slot.need, 'free node')} "
-                    f"but it has {slot.limit} they can use"
-                )
-        return out
+        return [
+            shortfall.waiting(d.role, groups, domain, self.slots[domain].need, self.slots[domain].limit)
+            for domain, groups in sorted(owner.groups.items())
+            if self.waits(owner, domain)
+        ]
 
     def why_unplaced(self, d: Demand, unplaced: int) -> list[str]:
-        req, npg, cls = d.requirements, d.nodes_per_group, self.owners[d.owner].cls
-        gpus = npg * req.gpus_per_node
-        where = "one NVLink domain" if req.scope == "clique" else "one node"
+        req, cls = d.requirements, self.owners[d.owner].cls
+        first = shortfall.unplaced(d.role, d.nodes_per_group, req, unplaced, self.largest_block(req, cls))
+        return [first, self.fleet_summary(req, cls)]
+
+    def largest_block(self, req: inventory.NodeRequirements, cls: int) -> str:
         best_key, best_cap = "", 0
         for key in self.scope_keys[req.scope]:
             cap = self.capacity(self.slots[key], cls)
             if cap > best_cap:
                 best_key, best_cap = key, cap
-        if req.scope == "node" and npg > 1:
-            first = (
-                f"{d.role} needs {npg} nodes per group, but NVLink stops at the node for {req.gpu_product}: "
-                f"{problems.counted(unplaced, 'group')} cannot be placed"
-            )
-        else:
-            largest = (
-                f"the largest free block is {problems.counted(best_cap, 'node')} in domain "
-                f"{inventory.short_domain(best_key)}"
-                if best_cap
-                else "no domain has a free node it can use"
-            )
-            first = (
-                f"{d.role} needs {problems.counted(npg, 'free node')} ({gpus} GPUs) in {where} for each of "
-                f"{problems.counted(unplaced, 'more group')}; {largest}"
-            )
-        return [first, self.fleet_summary(req, cls)]
+        return shortfall.largest(best_key, best_cap)
 
     def fleet_summary(self, req: inventory.NodeRequirements, cls: int) -> str:
-        """Where every node of the wanted product went, so a person can see what to fix."""
-        total, busy = 0, 0
-        excluded: dict[str, int] = {}
-        products: dict[str, int] = {}
-        for node in self.inv.nodes:
-            product = node.gpu_product
-            if product is not None:
-                products[product] = products.get(product, 0) + 1
-            if product != req.gpu_product:
-                continue
-            total += 1
-            reason = inventory.unusable_reason(node, req, self.inv.domain_label)
-            if reason is not None:
-                excluded[reason] = excluded.get(reason, 0) + 1
-            elif node.busy:
-                busy += 1
-        if total == 0:
-            have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
-            return f"no node has {names.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
         slots = [self.slots[k] for k in self.scope_keys[req.scope]]
         free = sum(slot.free_for.get(cls, 0) for slot in slots)
-        left = sum(max(0, self.capacity(slot, cls)) for slot in slots)
-        parts = [
-            f"of {problems.counted(total, req.gpu_product + ' node')}, {free} free and usable "
-            f"({free - left} of them needed by placed groups)",
-            f"{busy} running GPU pods",
-        ]
-        if excluded:
-            parts.append(
-                f"{sum(excluded.values())} not usable: "
-                + ", ".join(f"{c} {r}" for r, c in sorted(excluded.items(), key=lambda rc: (-rc[1], rc[0])))
-            )
-        return "; ".join(parts)
+        return shortfall.fleet(self.inv, req, free, sum(max(0, self.capacity(slot, cls)) for slot in slots))
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(
@@ -548,6 +581,23 @@ class _Book:
                 )
             )
         return tuple(out)
+
+
+def _best_fit(slots: Sequence[_Slot], cls: int, size: int, mine: Mapping[str, int]) -> tuple[_Slot | None, int]:
+    """The slot that fits ``size`` nodes of class ``cls`` best, and its capacity: under ``pack`` a domain holding
+    groups of the serving (``mine``) first, then the fewest nodes left, then the smaller key."""
+    # The hot loop of the planner: capacity() and the rank (slots are in key order and only a strictly better
+    # rank replaces the best) are inlined.
+    best_slot, best_cap, best_near, best_left = None, 0, 2, 0
+    for slot in slots:
+        free = slot.free_for.get(cls, 0)
+        cap = (free if free < slot.limit else slot.limit) - slot.need
+        if cap < size:
+            continue
+        near = 0 if mine.get(slot.key, 0) > 0 else 1
+        if near < best_near or (near == best_near and cap - size < best_left):
+            best_slot, best_cap, best_near, best_left = slot, cap, near, cap - size
+    return best_slot, best_cap
 
 
 def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, list[str]]) -> inventory.Scope:

@@ -23,7 +23,8 @@ Decisions worth knowing:
   missing or when what nvlfleet renders is not contained in what the API server returns (the hash changed, or
   someone edited a field nvlfleet owns). Defaults the server or another controller add are not a difference.
 * **ComputeDomain specs are immutable.** When one changes, the old object is deleted and the new one created on a
-  later pass, once the old one is gone (``requeue_after``); it is never patched.
+  later pass, once the old one is gone (``requeue_after``); it is never patched. One ComputeDomain serves every
+  role of the serving in its NVLink domain, so it is pruned only once no group of the serving is left there.
 * **Only nvlfleet's own children are touched.** A child counts as this serving's when it has nvlfleet's
   managed-by and serving labels *and* a controller owner reference to the serving's uid (``api.ownership``, the
   same rule ``adapters.kube`` checks before it deletes). Anything else with a
@@ -48,7 +49,7 @@ from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership, problems, reasons, servingstatus
 from nvlfleet.api import policy as policy_
-from nvlfleet.core import fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
+from nvlfleet.core import demands, fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
 from nvlfleet.facts import hardware
 
 # The API each child kind needs, with the sentence that tells a person what to install.
@@ -181,10 +182,10 @@ def reconcile(snap: Snapshot) -> Decision:
         view = snap.view if snap.view is not None and snap.view.domain_label == domain_label else None
         view = view or fleet_view(snap, domain_label)
         inv = view.inventory
-        demands = planner.demands(serving)
+        wanted = demands.of(serving)
         own_held = leaderworkersets.placements_of(key, serving, own_sets, domain_label)
         held = [*own_held, *(p for p in view.held if p.serving != key)]
-        plan = planner.plan(inv, demands, held)
+        plan = planner.plan(inv, wanted, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
     except problems.InvalidSpec as err:
@@ -417,7 +418,9 @@ def refused(snap: Snapshot, kind: str, name: str, message: str, applied: Sequenc
     """What follows when the API server refuses child ``kind``/``name`` (quota, admission, an invalid field): the
     fleet is left as it is with ``Ready=False, ApplyRefused`` naming the child and the server's reason, and a
     ComputeDomain without its LeaderWorkerSet — created by this pass (``applied``: what the server answered to the
-    applies before the refusal) or an earlier one — is deleted, since nothing would ever use it."""
+    applies before the refusal) or an earlier one — is deleted, since nothing would ever use it. A ComputeDomain is
+    shared by the serving's LeaderWorkerSets in its NVLink domain (both roles), so it stays while one of them is
+    there."""
     before = objects.as_mapping(snap.serving.get("status"))
     meta = objects.as_mapping(snap.serving.get("metadata"))
     mine = [
@@ -425,10 +428,17 @@ def refused(snap: Snapshot, kind: str, name: str, message: str, applied: Sequenc
         for c in (*snap.children, *applied)
         if ownership.is_child_of(c, str(meta.get("name")), str(meta.get("uid") or ""))
     ]
-    sets = {_ident(c)[1] for c in mine if c.get("kind") == names.LEADER_WORKER_SET.kind}
-    orphans = {_ident(c): c for c in mine if c.get("kind") == names.COMPUTE_DOMAIN.kind and _ident(c)[1] not in sets}
+    claimed = {_domain_of(c) for c in mine if c.get("kind") == names.LEADER_WORKER_SET.kind}
+    orphans = {
+        _ident(c): c for c in mine if c.get("kind") == names.COMPUTE_DOMAIN.kind and _domain_of(c) not in claimed
+    }
     frozen = _frozen(snap, before, reasons.APPLY_REFUSED, f"the API server refused {kind} {name}: {message}")
     return dataclasses.replace(frozen, delete=tuple(orphans.values()))
+
+
+def _domain_of(child: Mapping[str, Any]) -> object:
+    """The ``nvlfleet.io/domain`` label render puts on a LeaderWorkerSet and on the ComputeDomain it claims."""
+    return objects.as_mapping(objects.as_mapping(child.get("metadata")).get("labels")).get(names.DOMAIN_LABEL)
 
 
 def _frozen(snap: Snapshot, before: Mapping[str, Any], reason: str, message: str) -> Decision:

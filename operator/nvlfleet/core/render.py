@@ -25,11 +25,14 @@ What one serving becomes
   rather than splitting). The scheduler, not nvlfleet, then chooses the domain: no packing, and a leader that
   lands in a rack without room for its workers leaves that group pending. Unpinned is for previews and for
   clusters whose nodes nvlfleet cannot see; the operator always renders pinned.
-- Per LeaderWorkerSet **one ComputeDomain** (``resource.nvidia.com/v1beta1``, ``numNodes: 0``) when the GPU has
-  multi-node NVLink and ``spec.placement.computeDomain`` is on; pods claim its channel ResourceClaimTemplate
-  (``<lws>-channel``) in ``spec.resourceClaims`` and in the container's ``resources.claims``. It is rendered for
-  single-node groups too: MNNVL fabric handles (NCCL, the custom all-reduce buffers of the fused AR+mHC path)
-  need an IMEX channel even inside one tray.
+- Per NVLink domain the serving occupies **one ComputeDomain** (``resource.nvidia.com/v1beta1``, ``numNodes:
+  0``) when the GPU has multi-node NVLink and ``spec.placement.computeDomain`` is on, shared by every
+  LeaderWorkerSet of the serving in that domain, prefill and decode alike: the KV-cache hand-off between them goes
+  through IMEX, and pods in different ComputeDomains get different IMEX channels that cannot reach each other.
+  Pods claim its channel ResourceClaimTemplate (``<computedomain>-channel``) in ``spec.resourceClaims`` and in
+  the container's ``resources.claims``. It is rendered for single-node groups too: MNNVL fabric handles (NCCL,
+  the custom all-reduce buffers of the fused AR+mHC path) need an IMEX channel even inside one tray. It goes
+  away (the reconciler prunes it) only once no group of the serving is left in its domain.
 - Per role **one Service** ``<serving>-<role>`` on port ``http`` selecting the leader pods of that role
   (``leaderworkerset.sigs.k8s.io/worker-index: "0"``): the OpenAI endpoint. LeaderWorkerSet itself creates a
   headless Service named after each LeaderWorkerSet, which is why LeaderWorkerSet names always carry a suffix.
@@ -42,17 +45,19 @@ What one serving becomes
 
 Names, labels, budgets
 ----------------------
-- LeaderWorkerSet and ComputeDomain: ``<serving>-<role>-<hash8>`` where ``hash8`` is the first 8 hex digits of
-  the SHA-256 of the domain value (clique values are 42+ characters and unreadable), or ``unpinned``. Budget
-  48 characters: LWS names a StatefulSet ``<lws>-<group>`` whose pods carry ``controller-revision-hash:
-  <lws>-<group>-<10-char hash>``, a label value capped at 63; with up to 1,000 groups (3 digits) that leaves 48.
-  Longer serving names are cut and end with a 16-hex-digit hash of the full name, so no two servings share a child name
-  (``_fit``); a serving name itself is a DNS-1035 label of at most 63 characters (checked at admission).
+- LeaderWorkerSet ``<serving>-<role>-<hash8>`` and ComputeDomain ``<serving>-<hash8>``, where ``hash8`` is the
+  first 8 hex digits of the SHA-256 of the domain value (clique values are 42+ characters and unreadable), or
+  ``unpinned``. Budget 48 characters: LWS names a StatefulSet ``<lws>-<group>`` whose pods carry
+  ``controller-revision-hash: <lws>-<group>-<10-char hash>``, a label value capped at 63; with up to 1,000 groups
+  (3 digits) that leaves 48; the ComputeDomain keeps the same budget (its channel template adds ``-channel``).
+  Longer serving names are cut and end with a 16-hex-digit hash of the full name, so no two servings share a
+  child name (``_fit``); a serving name itself is a DNS-1035 label of at most 63 characters (checked at admission).
 - Service ``<serving>-<role>``, the router's ``<serving>-router`` and PodMonitor ``<serving>``: 63 characters
   (DNS-1035 label).
 - Labels on every object and pod: ``app.kubernetes.io/{name: vllm, instance: <serving>, component: <role>,
-  managed-by: nvlfleet}``, ``nvlfleet.io/serving``, ``nvlfleet.io/role``, and on LWS/ComputeDomain/pods
-  ``nvlfleet.io/domain`` (the hash). The full domain value is the annotation ``nvlfleet.io/domain-value``.
+  managed-by: nvlfleet}``, ``nvlfleet.io/serving``, ``nvlfleet.io/role`` (not on a ComputeDomain, which every
+  role shares), and on LWS/ComputeDomain/pods ``nvlfleet.io/domain`` (the hash). The full domain value is the
+  annotation ``nvlfleet.io/domain-value``.
   Prune by ``app.kubernetes.io/managed-by=nvlfleet,nvlfleet.io/serving=<name>`` per kind.
 - ``ownerReferences`` are left to the applier (it knows the serving's uid).
 
@@ -136,11 +141,11 @@ NAME_HASH_LENGTH = 16  # hex digits of the full serving name's hash in a cut nam
 def _fit(serving: str, suffix: str, budget: int) -> str:
     """``<serving>-<suffix>`` when it fits; else ``<serving cut>-<suffix>-<hash of the whole serving name>``.
 
-    Two servings never share a child name. Uncut names end with the suffix (a role, or a role and the 8-hex-digit
-    domain id), cut ones with the hash: a role is no hex number, and after a domain id comes nothing but in a cut
-    name, so no uncut name is ever a cut one. Two cut names are equal only when the hashes of the full names are,
-    which 64 bits make a matter of luck nobody can search for (with the 6 hex digits before, a 32-character name
-    could be chosen to take a 63-character serving's LeaderWorkerSets)."""
+    Two servings never share a child name. Uncut names end with the suffix (a role, a role and the 8-hex-digit
+    domain id, or the domain id alone), cut ones with the 16-hex-digit hash: a role is no hex number, and after a
+    domain id comes nothing but in a cut name, so no uncut name is ever a cut one. Two cut names are equal only
+    when the hashes of the full names are, which 64 bits make a matter of luck nobody can search for (with the 6
+    hex digits before, a 32-character name could be chosen to take a 63-character serving's LeaderWorkerSets)."""
     name = f"{serving}-{suffix}" if suffix else serving
     if len(name) <= budget:
         return name
@@ -150,8 +155,13 @@ def _fit(serving: str, suffix: str, budget: int) -> str:
 
 
 def lws_name(serving: str, role: models.RoleName, domain: str | None) -> str:
-    """Name of the LeaderWorkerSet (and its ComputeDomain) of one role in one domain."""
+    """Name of the LeaderWorkerSet of one role in one domain."""
     return _fit(serving, f"{role.value}-{domain_id(domain)}", LWS_NAME_BUDGET)
+
+
+def compute_domain_name(serving: str, domain: str | None) -> str:
+    """Name of the ComputeDomain every LeaderWorkerSet of the serving in one domain claims (both roles)."""
+    return _fit(serving, domain_id(domain), LWS_NAME_BUDGET)
 
 
 def service_name(serving: str, role: models.RoleName) -> str:
@@ -164,9 +174,9 @@ def router_name(serving: str) -> str:
     return _fit(serving, names.ROUTER_COMPONENT, DNS_LABEL_BUDGET)
 
 
-def channel_template_name(lws: str) -> str:
-    """The ResourceClaimTemplate the ComputeDomain controller creates for ComputeDomain ``lws``."""
-    return f"{lws}-channel"
+def channel_template_name(compute_domain: str) -> str:
+    """The ResourceClaimTemplate the ComputeDomain controller creates for ComputeDomain ``compute_domain``."""
+    return f"{compute_domain}-channel"
 
 
 def selector_labels(serving: models.DeepSeekServing, role: models.RoleName | None = None) -> dict[str, str]:
@@ -379,7 +389,7 @@ def leader_worker_set(
 ) -> Manifest:
     """The LeaderWorkerSet of one role in one domain (``domain=None``: unpinned)."""
     name = lws_name(serving.metadata.name, role, domain)
-    compute_domain = name if tuning.fabric else None
+    compute_domain = compute_domain_name(serving.metadata.name, domain) if tuning.fabric else None
     size = tuning.topology.nodes_per_group
     template: dict[str, Any] = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart"}
     if size > 1:
@@ -409,14 +419,15 @@ def leader_worker_set(
     }
 
 
-def compute_domain(serving: models.DeepSeekServing, role: models.RoleName, domain: str | None) -> Manifest:
-    """The ComputeDomain (IMEX channel) of one LeaderWorkerSet. Its spec is immutable: recreate, never patch."""
-    name = lws_name(serving.metadata.name, role, domain)
+def compute_domain(serving: models.DeepSeekServing, domain: str | None) -> Manifest:
+    """The ComputeDomain (IMEX channel) of the serving's groups in one domain, every role's: no role label. Its
+    spec is immutable: recreate, never patch."""
+    name = compute_domain_name(serving.metadata.name, domain)
     annotations = {names.DOMAIN_VALUE_ANNOTATION: domain} if domain is not None else None
     return {
         "apiVersion": names.COMPUTE_DOMAIN.api_version,
         "kind": names.COMPUTE_DOMAIN.kind,
-        "metadata": _metadata(name, serving, _labels(serving, role, domain), annotations),
+        "metadata": _metadata(name, serving, _labels(serving, None, domain), annotations),
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
     }
 
@@ -552,9 +563,9 @@ def problems_for(serving: models.DeepSeekServing, placement: Placement | None) -
 
 
 def render(serving: models.DeepSeekServing, placement: Placement | None = None) -> list[Manifest]:
-    """Every child manifest of ``serving``, in a stable order: per role (prefill first) its ComputeDomains and
-    LeaderWorkerSets by domain value, then its Service; then the router's objects; the PodMonitors last (engines',
-    then the router's).
+    """Every child manifest of ``serving``, in a stable order: its ComputeDomains by domain value (before the
+    LeaderWorkerSets whose pods claim them), then per role (prefill first) its LeaderWorkerSets by domain value and
+    its Service; then the router's objects; the PodMonitors last (engines', then the router's).
 
     ``placement`` is ``{role: {domain value: groups}}`` from the planner; ``None`` renders every role unpinned.
     A role missing from a given placement has no LeaderWorkerSet (nothing placed). Raises
@@ -564,8 +575,9 @@ def render(serving: models.DeepSeekServing, placement: Placement | None = None) 
     found = problems_for(serving, placement)
     if found:
         raise problems.InvalidSpec(found)
-    out: list[Manifest] = []
+    sets: list[Manifest] = []
     tunings: list[profiles.Tuning] = []
+    shared: set[str | None] = set()  # the domains whose ComputeDomain some LeaderWorkerSet claims
     for role, role_spec in serving.spec.roles_present():
         tuning = profiles.effective(serving.spec, role)
         tunings.append(tuning)
@@ -575,9 +587,11 @@ def render(serving: models.DeepSeekServing, placement: Placement | None = None) 
             where = [(domain, groups) for domain, groups in sorted(placement.get(role.value, {}).items()) if groups > 0]
         for domain, groups in where:
             if tuning.fabric:
-                out.append(compute_domain(serving, role, domain))
-            out.append(leader_worker_set(serving, role, tuning, domain, groups))
-        out.append(service(serving, role, tuning))
+                shared.add(domain)
+            sets.append(leader_worker_set(serving, role, tuning, domain, groups))
+        sets.append(service(serving, role, tuning))
+    out = [compute_domain(serving, domain) for domain in sorted(shared, key=lambda d: d or "")]
+    out += sets
     if serving.spec.router.enabled:
         decode = tunings[-1]  # roles_present ends with decode
         out += router.manifests(

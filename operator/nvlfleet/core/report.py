@@ -128,7 +128,7 @@ def _judged(roles: list[planner.RolePlan], groups: health.Health, busy: bool, gp
     placed = sum(r.placed_groups for r in roles)
     unplaced = sum(r.unplaced for r in roles)
     ready = groups.ready_groups
-    capacity = [reason for r in roles if r.unplaced for reason in r.reasons[:1]]
+    capacity = list(dict.fromkeys(reason for r in roles if r.unplaced for reason in r.reasons[:1]))  # a P/D unit's once
     fleet_note = next((r.reasons[-1] for r in roles if r.unplaced and len(r.reasons) > 1), None)
     placed_text = "; ".join(_placed_sentence(r) for r in roles) or "no roles"
     conds: Conditions = {}
