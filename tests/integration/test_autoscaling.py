@@ -1,10 +1,13 @@
-"""Autoscaling on a real cluster without KEDA: the scale subresource an HPA reads.
+"""Autoscaling on a real cluster without KEDA: the scale subresource an HPA reads, and an autoscaled serving that
+runs and says why nothing scales it.
 
 - The real kube-controller-manager's HPA controller reads the serving's scale subresource: AbleToScale=True, the
   current replicas are the ready decode groups, and the selector parses (an HPA on a target without one reports
   ``InvalidSelector``). ScalingActive needs a metrics API answering (none is installed on this cluster: no
   metrics-server, no adapter), so here it is False with the metric as its reason; with KEDA's metrics API server
   it turns True (tests/integration/test_autoscaling_keda.py).
+- ``spec.autoscaling`` on a cluster without KEDA's ScaledObject API: the serving is placed and Ready at its spec's
+  groups, and ``Autoscaling=False, KedaMissing`` says why; nothing crashes.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from nvlfleet.api import names
+from nvlfleet.api import names, reasons
 from support.servings import Cluster, serving
 
 pytestmark = pytest.mark.integration
@@ -89,3 +92,25 @@ def test_an_hpa_reads_the_serving_scale_subresource_its_ready_decode_groups_and_
     assert (active.status, active.reason) == ("False", "FailedGetResourceMetric"), active
     status = client.AutoscalingV2Api(api_client).read_namespaced_horizontal_pod_autoscaler("hpa", cluster.namespace)
     assert status.status.current_replicas == 2
+
+
+def test_without_keda_an_autoscaled_serving_runs_at_its_spec_groups_and_a_condition_says_why(
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    groups = client.ApisApi(api_client).get_api_versions().groups
+    assert names.SCALED_OBJECT.group not in {g.name for g in groups}, "this test needs a cluster without KEDA's CRDs"
+    fleet = gb200_fleet(racks=1)
+    operator = start_operator()
+    scaling = {"minGroups": 1, "maxGroups": 4, "signal": "waitingRequests", "target": 4}
+    cluster.create(serving("nokeda", fleet, groups=2, nodes=1, autoscaling=scaling))
+
+    wait_for(lambda: cluster.ready("nokeda"), 180, "the serving to report Ready")
+    found = cluster.condition("nokeda", reasons.AUTOSCALING)
+    assert found is not None and (found["status"], found["reason"]) == ("False", reasons.KEDA_MISSING), found
+    assert cluster.get("nokeda")["status"]["readyGroups"] == 2
+    assert operator.running()
+    assert "Traceback" not in operator.log.read_text()

@@ -676,6 +676,7 @@ def test_the_complete_grant(helm: pathlib.Path) -> None:
         ("manager", "resource.nvidia.com/computedomains", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "/services", ("get", "create", "patch", "update", "delete"), ()),
         ("manager", "monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
+        ("manager", "keda.sh/scaledobjects", ("get", "list", "create", "patch", "delete"), ()),
         ("manager", "apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
         ("manager", "/serviceaccounts", ("get", "list", "create", "patch", "delete"), ()),
         ("manager", "rbac.authorization.k8s.io/roles", ("get", "list", "create", "patch", "delete"), ()),

@@ -240,7 +240,13 @@ class Operator:
         events = self._statefulset_events(api, namespace) if labelable and children else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
-            serving=serving, now=now, children=children, served=served, policy=self.config.policy, events=events
+            serving=serving,
+            now=now,
+            children=children,
+            served=served,
+            policy=self.config.policy,
+            events=events,
+            prometheus_address=self.config.prometheus_address,
         )
         return self._cached(snap)
 

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import alias_generators
 
+from nvlfleet.api import autoscaling as autoscaling_api
 from nvlfleet.api import kubetypes, names, schema, servingstatus
 from nvlfleet.api import router as router_api
 from nvlfleet.facts import hardware
@@ -565,6 +566,9 @@ class DeepSeekServingSpec(schema.Model):
     router: Annotated[
         router_api.RouterSpec, pydantic.Field(description="The OpenAI endpoint: vllm-router in front of the engines.")
     ] = pydantic.Field(default_factory=router_api.RouterSpec)
+    autoscaling: Annotated[
+        autoscaling_api.AutoscalingSpec | None, pydantic.Field(description="Decode groups sized by a signal (KEDA).")
+    ] = None
 
     def roles_present(self) -> list[tuple[RoleName, RoleSpec]]:
         """The roles this serving runs, prefill first (it feeds decode)."""
