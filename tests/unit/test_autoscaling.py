@@ -286,3 +286,12 @@ def test_the_crd_refuses_min_groups_above_max_groups_with_a_cel_rule() -> None:
     ]
     assert node["properties"]["signal"]["enum"] == [s.value for s in autoscaling_api.Signal]
     assert node["properties"]["prefillPerDecode"]["exclusiveMinimum"] is True
+
+
+def test_the_decision_carries_desired_and_ready_groups_per_role_and_the_ceiling_for_the_gauges() -> None:
+    decision = decide(autoscaled(groups=4, prefillPerDecode=0.5))
+    assert decision.groups == {"prefill": (2, 0), "decode": (4, 0)}
+    assert decision.max_groups == 4
+    plain = autoscaled()
+    del plain["spec"]["autoscaling"]
+    assert decide(plain).max_groups is None

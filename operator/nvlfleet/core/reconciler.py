@@ -155,6 +155,9 @@ class Decision:
     # Groups placed where this serving runs none yet, or groups left unplaced: a choice made against every other
     # serving's groups (``Snapshot.fleet``), so the adapter makes such choices one at a time.
     places_groups: bool = False
+    # Per role, (desired, ready) groups of a pass that planned (prefill as it follows decode); for the gauges.
+    groups: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    max_groups: int | None = None  # spec.autoscaling.maxGroups of an autoscaled serving
 
     @property
     def writes(self) -> bool:
@@ -228,6 +231,11 @@ def reconcile(snap: Snapshot) -> Decision:
         requeue_after=REQUEUE_SECONDS if changes.waiting else None,
         creates=tuple(changes.creates),
         places_groups=plan.unplaced > 0 or _grows(own_held, placement),
+        groups={
+            role.value: (plan.role(key, role.value).groups, groups.ready_by_role.get(role.value, 0))
+            for role, _ in serving.spec.roles_present()
+        },
+        max_groups=serving.spec.autoscaling.max_groups if serving.spec.autoscaling is not None else None,
     )
 
 
