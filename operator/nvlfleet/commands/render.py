@@ -25,7 +25,7 @@ import yaml
 
 from nvlfleet.api import models, names, problems
 from nvlfleet.commands import inputs
-from nvlfleet.core import inventory, planner, profiles, render, validation
+from nvlfleet.core import autoscaling, inventory, planner, profiles, render, validation
 
 
 class BadInput(Exception):
@@ -135,7 +135,7 @@ def _servings(paths: Sequence[str]) -> list[tuple[str, models.DeepSeekServing]]:
             if key in seen:
                 raise BadInput(f"{where}: metadata.name: {key} is also defined in {seen[key]}")
             seen[key] = where
-            out.append((where, review.serving))
+            out.append((where, autoscaling.followed(review.serving)))  # prefill as the operator sizes it
         if not found:
             raise BadInput(f"{path}: kind: no {names.KIND} in this file")
     return out
