@@ -158,6 +158,18 @@ def keda_up(progress: binaries.Progress = binaries.say) -> dict[str, int]:
         return keda.up(_layout(root, state), progress)
 
 
+def keda_crds() -> list[str]:
+    """Only KEDA's CRDs on the running cluster (the ScaledObject API, without KEDA's processes)."""
+    from localcluster import keda
+
+    root = paths.cluster_dir()
+    with _lock(root):
+        state = _load_state(root)
+        if not state:
+            raise errors.ComponentError("keda", "the cluster is not running (python -m localcluster up)", root)
+        return keda.install_crds(_layout(root, state))
+
+
 def keda_down() -> list[str]:
     from localcluster import keda
 

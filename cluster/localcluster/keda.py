@@ -107,13 +107,21 @@ def _certificates(layout: components.Layout) -> pathlib.Path:
     return certs
 
 
-def _install(layout: components.Layout, ports: dict[str, int]) -> None:
+_APPLY = ["apply", "--server-side", "--force-conflicts", f"--field-manager={manifests.FIELD_MANAGER}"]
+
+
+def install_crds(layout: components.Layout) -> list[str]:
+    """KEDA's CRDs from the pinned module's config/crd/bases, Established; their names (no binary needed)."""
     source = binaries.module_source(versions.KEDA_GO_MODULE, versions.KEDA)
     crds = sorted((source / "config" / "crd" / "bases").glob("*.yaml"))
-    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={manifests.FIELD_MANAGER}"]
-    names = [manifests.kubectl(layout, [*apply, "-o", "name"], crd).strip() for crd in crds]
+    names = [manifests.kubectl(layout, [*_APPLY, "-o", "name"], crd).strip() for crd in crds]
     manifests.wait_established(layout, names)
-    manifests.kubectl(layout, [*apply, "-f", "-"], stdin=json.dumps(_objects(layout, ports)))
+    return names
+
+
+def _install(layout: components.Layout, ports: dict[str, int]) -> None:
+    install_crds(layout)
+    manifests.kubectl(layout, [*_APPLY, "-f", "-"], stdin=json.dumps(_objects(layout, ports)))
 
 
 def _objects(layout: components.Layout, ports: dict[str, int]) -> dict[str, Any]:

@@ -40,7 +40,12 @@ SCALE_DOWN_WINDOW = 20  # seconds; short, so the test sees the scale-down
 
 
 @pytest.fixture(scope="module")
-def keda(local_cluster: Any) -> dict[str, int]:
+def keda_crds(local_cluster: Any) -> list[str]:
+    return localcluster.keda_crds()
+
+
+@pytest.fixture(scope="module")
+def keda(keda_crds: list[str]) -> dict[str, int]:
     return localcluster.keda_up()
 
 
@@ -117,6 +122,33 @@ def autoscaled(fleet: Any, name: str, address: str) -> dict[str, Any]:
     obj = serving(name, fleet, groups=2, nodes=1, autoscaling=scaling)
     obj["spec"]["roles"]["prefill"] = prefill
     return obj
+
+
+def test_with_kedas_api_the_operator_applies_a_scaled_object_kedas_crd_accepts_owned_by_the_serving(
+    keda_crds: list[str],
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    assert "customresourcedefinition.apiextensions.k8s.io/scaledobjects.keda.sh" in keda_crds
+    fleet = gb200_fleet(racks=1)
+    start_operator()
+    cluster.create(autoscaled(fleet, "so", "http://127.0.0.1:9090"))
+    wait_for(lambda: cluster.is_("so", reasons.AUTOSCALING), 120, "Autoscaling=True")
+    custom = client.CustomObjectsApi(api_client)
+    scaled = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", cluster.namespace, "scaledobjects", "so")
+    assert scaled["spec"]["scaleTargetRef"]["kind"] == "DeepSeekServing"
+    assert [r["uid"] for r in scaled["metadata"]["ownerReferences"]] == [cluster.get("so")["metadata"]["uid"]]
+    cluster.patch_spec("so", {"autoscaling": None})
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object("keda.sh", "v1alpha1", cluster.namespace, "scaledobjects")["items"]
+        ),
+        120,
+        "the ScaledObject to be pruned once autoscaling is off",
+    )
 
 
 def test_queue_depth_scales_decode_up_and_back_down_and_prefill_follows_the_ratio(
