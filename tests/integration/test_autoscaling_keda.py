@@ -3,8 +3,9 @@ simulated decode engine, and the HPA KEDA creates driving the serving's scale su
 
 KEDA registers ``external.metrics.k8s.io`` through the API server's aggregation layer, which changes the cluster
 for everyone on it (and an unanswered APIService makes discovery incomplete), so these tests run on a cluster of
-their own: ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up`` first; the ``keda`` fixture then runs
-``localcluster keda up`` on it. The queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
+their own: ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up`` first, then ``pytest -m keda`` (they
+carry the ``keda`` marker, not ``integration``); the ``keda`` fixture runs ``localcluster keda up`` on it. The
+queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
 
 - it rises → decode 2 → 4 groups, prefill follows the ratio (1 → 2), no group spans two racks, and the HPA reports
   ScalingActive=True (KEDA's metrics server answers);
@@ -32,7 +33,9 @@ from nvlfleet.api import reasons
 from nvlfleet.sim import simulator, vllmsim
 from support.servings import Cluster, groups_of, node_cliques, serving
 
-pytestmark = pytest.mark.integration
+# Not `integration`: `make integration` runs on the shared cluster, where registering KEDA's APIService would change
+# API discovery for everyone. `pytest -m keda` on a private cluster runs these.
+pytestmark = pytest.mark.keda
 
 Wait = Callable[..., Any]
 TARGET_WAITING = 8  # waiting requests per decode group the autoscaler holds
