@@ -1,4 +1,4 @@
-"""Command line of the local cluster: `python -m localcluster up|down|status|fleet|sa-kubeconfig|env`.
+"""Command line of the local cluster: `python -m localcluster up|down|status|fleet|sa-kubeconfig|env|keda up|down`.
 
 The Makefile's cluster-up/cluster-down/cluster-status/fleet targets call this. Faults print one line naming
 the component and its log file (exit 1); `up` and `status` end with `KUBECONFIG=<absolute path>`.
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet.add_argument("--cordoned", type=int, default=0, help="cordoned trays")
     fleet.add_argument("--tainted", type=int, default=0, help="trays tainted nvidia.com/gpu=maintenance")
     fleet.add_argument("--occupied", type=int, default=0, help="trays already running a 4-GPU pod")
+    keda = commands.add_parser("keda", help="KEDA (operator + external metrics API server) on the running cluster")
+    keda.add_argument("action", choices=["up", "down"])
     sa = commands.add_parser("sa-kubeconfig", help="write a kubeconfig that acts as a ServiceAccount")
     sa.add_argument("--namespace", required=True)
     sa.add_argument("--name", required=True)
@@ -115,6 +117,18 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keda(args: argparse.Namespace) -> int:
+    if args.action == "down":
+        stopped = cluster.keda_down()
+        print(f"localcluster: stopped {', '.join(stopped) or 'nothing'}; the external metrics APIService is removed")
+        return 0
+    ports = cluster.keda_up()
+    print(
+        f"localcluster: KEDA {versions.KEDA} up; external.metrics.k8s.io served on 127.0.0.1:{ports['keda-apiserver']}"
+    )
+    return 0
+
+
 def _sa_kubeconfig(args: argparse.Namespace) -> int:
     from localcluster import credentials
 
@@ -157,6 +171,7 @@ _COMMANDS = {
     "env": _env,
     "fleet": _fleet,
     "sa-kubeconfig": _sa_kubeconfig,
+    "keda": _keda,
 }
 
 if __name__ == "__main__":

@@ -61,6 +61,22 @@ def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
     return found
 
 
+def ensure_keda(progress: Progress = say) -> dict[str, pathlib.Path]:
+    """KEDA's operator and metrics API server (opt-in: only `localcluster keda up` asks); name → path."""
+    found: dict[str, pathlib.Path] = {}
+    missing: list[versions.GoComponent] = []
+    for component in versions.KEDA_COMPONENTS:
+        cached = paths.binary(component.name, component.version)
+        if cached.is_file() and os.access(cached, os.X_OK):
+            found[component.name] = cached
+        else:
+            missing.append(component)
+    if missing:
+        with _build_lock():
+            found.update(_build(missing, progress))
+    return found
+
+
 def go_binary(name: str) -> pathlib.Path:
     """The cached path of one Go component (ensure_all must have run)."""
     component = versions.go_component(name)
@@ -215,7 +231,7 @@ def _prepare_module(go: str, module: str, progress: Progress) -> pathlib.Path:
 
 def _module_spec(go: str, module: str) -> tuple[str, list[str]]:
     """go.mod text and `go get` arguments of a wrapper module."""
-    members = [c for c in versions.GO_COMPONENTS if c.module == module]
+    members = [c for c in (*versions.GO_COMPONENTS, *versions.KEDA_COMPONENTS) if c.module == module]
     get_args = [f"{c.package}@{c.version}" for c in members]
     if module == versions.ETCD_MODULE:
         # etcd's server module points at its sibling modules with relative replaces, which a dependent
@@ -230,7 +246,25 @@ def _module_spec(go: str, module: str) -> tuple[str, list[str]]:
             f"require k8s.io/kubernetes {versions.KUBERNETES}\n\nreplace (\n{replaces}\n)\n"
         )
         return gomod, [*get_args, f"sigs.k8s.io/controller-runtime@{versions.CONTROLLER_RUNTIME}"]
+    if module == versions.KEDA_MODULE:
+        # KEDA's go.mod has replace directives, so `go install ...@version` refuses it and a dependent module
+        # does not inherit them: copy them into the wrapper.
+        replaces = "\n".join(_replace_lines(go, versions.KEDA_GO_MODULE, versions.KEDA, "keda-operator"))
+        gomod = (
+            f"module nvlfleet.local/build/keda\n\ngo 1.26.0\n\nrequire {versions.KEDA_GO_MODULE} {versions.KEDA}\n\n"
+            f"{replaces}\n"
+        )
+        return gomod, get_args
     raise KeyError(module)
+
+
+def _replace_lines(go: str, module: str, version: str, component: str) -> list[str]:
+    """The single-line `replace` directives of `module@version`'s own go.mod."""
+    log = _log_path(f"modules-{component}-gomod")
+    with tempfile.TemporaryDirectory() as scratch:
+        _run_logged([go, "mod", "download", "-json", f"{module}@{version}"], pathlib.Path(scratch), log, component)
+    text = pathlib.Path(json.loads(log.read_text())["GoMod"]).read_text()
+    return [line.strip() for line in text.splitlines() if line.startswith("replace ") and "=>" in line]
 
 
 def _kubernetes_staging_modules(go: str) -> list[str]:

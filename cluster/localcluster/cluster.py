@@ -109,7 +109,12 @@ def down(progress: binaries.Progress = binaries.say) -> list[str]:
         return []
     with _lock(root):
         state = _load_state(root)
-        stopped = _stop_all(root, state)
+        stopped = []
+        if state:
+            from localcluster import keda
+
+            stopped += keda.stop(_layout(root, state))  # opt-in, but stopped with the cluster it runs on
+        stopped += _stop_all(root, state)
         _wipe(root)
     for name in stopped:
         progress(f"stopped {name}")
@@ -139,6 +144,39 @@ def restart(
         _ensure_running(layout, component, progress)
         _wait_healthy(layout, [component])
         return time.monotonic() - stopped
+
+
+def keda_up(progress: binaries.Progress = binaries.say) -> dict[str, int]:
+    """KEDA on the running cluster (``localcluster.keda``); returns its ports."""
+    from localcluster import keda
+
+    root = paths.cluster_dir()
+    with _lock(root):
+        state = _load_state(root)
+        if not state or not _all_healthy(_layout(root, state)):
+            raise errors.ComponentError("keda", "the cluster is not running (python -m localcluster up)", root)
+        return keda.up(_layout(root, state), progress)
+
+
+def keda_crds() -> list[str]:
+    """Only KEDA's CRDs on the running cluster (the ScaledObject API, without KEDA's processes)."""
+    from localcluster import keda
+
+    root = paths.cluster_dir()
+    with _lock(root):
+        state = _load_state(root)
+        if not state:
+            raise errors.ComponentError("keda", "the cluster is not running (python -m localcluster up)", root)
+        return keda.install_crds(_layout(root, state))
+
+
+def keda_down() -> list[str]:
+    from localcluster import keda
+
+    root = paths.cluster_dir()
+    with _lock(root):
+        state = _load_state(root)
+        return keda.down(_layout(root, state)) if state else []
 
 
 def default_kubeconfig() -> pathlib.Path:

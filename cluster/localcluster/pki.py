@@ -12,6 +12,9 @@ Third step of the local-cluster data flow (versions → binaries → **PKI** →
   controller-manager, scheduler and any aggregated API server is configured as in a real cluster.
 - `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS), as a real cluster's
   webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle.
+- `keda` (only when `localcluster keda up` asks, `keda_certificate`): KEDA's metrics API server's serving
+  certificate, issued by the webhook CA (the APIService's caBundle) for the Service name the aggregator verifies,
+  and also the client certificate of the operator ↔ metrics server gRPC link (KEDA uses one pair for both).
 - `sa`: the key pair that signs and verifies ServiceAccount tokens (TokenRequest works).
 ECDSA P-256 keys: generating them is instant, and every component accepts them.
 """
@@ -71,6 +74,11 @@ def ensure(pki_dir: pathlib.Path, service_ip: str) -> None:
         _openssl(pki_dir, "pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
 
+def keda_certificate(pki_dir: pathlib.Path, sans: tuple[str, ...]) -> None:
+    """``keda.crt``/``keda.key`` for ``sans`` (serverAuth and clientAuth), issued by the webhook CA."""
+    _leaf(pki_dir, "keda", "webhook-ca", "keda", "", sans, server=True, client=True)
+
+
 def _ca(pki_dir: pathlib.Path, name: str, common_name: str) -> None:
     if (pki_dir / f"{name}.crt").exists():
         return
@@ -104,6 +112,7 @@ def _leaf(
     sans: tuple[str, ...],
     *,
     server: bool,
+    client: bool = False,
 ) -> None:
     if (pki_dir / f"{name}.crt").exists():
         return
@@ -112,7 +121,8 @@ def _leaf(
     extensions = [
         "basicConstraints=critical,CA:FALSE",
         "keyUsage=critical,digitalSignature,keyEncipherment",
-        f"extendedKeyUsage={'serverAuth' if server else 'clientAuth'}",
+        "extendedKeyUsage="
+        + ("serverAuth,clientAuth" if server and client else "serverAuth" if server else "clientAuth"),
     ]
     if sans:
         extensions.append("subjectAltName=" + ",".join(sans))

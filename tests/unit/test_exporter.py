@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import prometheus_client
 import pytest
 
 from nvlfleet.adapters import exporter
@@ -53,3 +54,14 @@ def test_a_port_the_exporter_cannot_listen_on_is_one_line_not_an_overflow(port: 
         exporter.CannotListen, match=rf"^cannot listen on 127.0.0.1:{port}: bind\(\): port must be 0-65535"
     ):
         asyncio.run(start())
+
+
+def test_group_gauges_follow_the_roles_and_the_ceiling_goes_with_autoscaling() -> None:
+    metrics = exporter.OperatorMetrics()
+    metrics.set_groups("ml", "flash", {"prefill": (2, 1), "decode": (4, 3)}, max_groups=6)
+    metrics.set_groups("ml", "flash", {"decode": (4, 4)}, max_groups=None)
+    text = prometheus_client.generate_latest(metrics.registry).decode()
+    assert 'nvlfleet_groups_desired{namespace="ml",role="decode",serving="flash"} 4.0' in text
+    assert 'nvlfleet_groups_ready{namespace="ml",role="decode",serving="flash"} 4.0' in text
+    assert 'role="prefill"' not in text
+    assert "nvlfleet_autoscaling_max_groups{" not in text

@@ -265,3 +265,14 @@ def test_bad_input_exits_1_naming_the_file_and_field(
 def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = plan(capsys, "-f", str(tmp_path / "nope.yaml"), "--nodes", str(NODES))
     assert (code, err) == (1, f"nvlfleet plan: {tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n")
+
+
+def test_plan_sizes_prefill_from_decode_by_the_autoscaling_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scaling = {"minGroups": 1, "maxGroups": 8, "signal": "waitingRequests", "target": 8, "prefillPerDecode": 0.5}
+    files = write(tmp_path / "s.yaml", serving("flash", decode=(6, 1), prefill=(1, 1), autoscaling=scaling))
+    code, result = plan_json(capsys, "-f", files, "--nodes", str(NODES))
+    assert code == 0
+    groups = {r["role"]: r["groups"] for r in result["servings"][0]["roles"]}
+    assert groups == {"decode": 6, "prefill": 3}

@@ -366,3 +366,20 @@ def test_the_command_serves_until_terminated(tmp_path: pathlib.Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_the_pressure_knob_sets_queue_depth_and_per_engine_kv_usage_and_keeps_the_rest_of_the_load() -> None:
+    ep = endpoint(engines=4)
+    vllmsim.set_pressure(ep, waiting_requests=24, kv_cache_usage=0.75)
+    text = ep.exposition(T0 + 100)
+    assert total(text, vllm_metrics.NUM_REQUESTS_WAITING) == 24
+    kv = [
+        s.value
+        for family in parser.text_string_to_metric_families(text.decode())
+        for s in family.samples
+        if s.name == vllm_metrics.KV_CACHE_USAGE_PERC
+    ]
+    assert kv == [pytest.approx(0.75)] * 4
+    assert ep.load.generation == SPECULATING.generation
+    with pytest.raises(ValueError, match="fraction"):
+        vllmsim.set_pressure(ep, waiting_requests=0, kv_cache_usage=75)

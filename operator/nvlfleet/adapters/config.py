@@ -38,6 +38,8 @@ class Config:
     kubeconfig: str | None = None
     # What a serving may ask for beyond what vLLM needs (api.policy); the webhook and every pass check it.
     policy: policy_.Policy = policy_.DEFAULT
+    # The Prometheus a serving's KEDA ScaledObject queries when its spec.autoscaling.prometheus names none.
+    prometheus_address: str | None = None
 
     def __post_init__(self) -> None:
         self.passes_at_once = max(1, self.passes_at_once)  # none at once would never reconcile anything
@@ -63,4 +65,5 @@ class Config:
             status_metrics_seconds=num("STATUS_METRICS_SECONDS", cls.status_metrics_seconds),
             passes_at_once=int(num("PASSES_AT_ONCE", cls.passes_at_once)),
             kubeconfig=env.get("KUBECONFIG") or None,
+            prometheus_address=env.get("NVLFLEET_PROMETHEUS_ADDRESS") or None,
         )

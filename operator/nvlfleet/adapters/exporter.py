@@ -83,6 +83,24 @@ class OperatorMetrics:
             ["namespace", "serving", "condition"],
             registry=r,
         )
+        self.groups_desired = prometheus_client.Gauge(
+            names.GROUPS_DESIRED,
+            "Groups the serving's spec asks for, per role (decode as its autoscaler sets it, prefill as it follows).",
+            ["namespace", "serving", "role"],
+            registry=r,
+        )
+        self.groups_ready = prometheus_client.Gauge(
+            names.GROUPS_READY,
+            "Groups whose pods are all Ready, per role.",
+            ["namespace", "serving", "role"],
+            registry=r,
+        )
+        self.autoscaling_max_groups = prometheus_client.Gauge(
+            names.AUTOSCALING_MAX_GROUPS,
+            "spec.autoscaling.maxGroups of an autoscaled serving (absent for the others).",
+            ["namespace", "serving"],
+            registry=r,
+        )
         self.domain_free_nodes = prometheus_client.Gauge(
             names.DOMAIN_FREE_NODES,
             "Schedulable nodes without a group, per NVLink domain.",
@@ -122,6 +140,23 @@ class OperatorMetrics:
         for condition, true in conditions.items():
             self.serving_condition.labels(namespace, serving, condition).set(1 if true else 0)
 
+    def set_groups(
+        self, namespace: str, serving: str, groups: Mapping[str, tuple[int, int]], max_groups: int | None
+    ) -> None:
+        """Replace a serving's group gauges: ``{role: (desired, ready)}`` and its autoscaling ceiling (None: off)."""
+        for metric in (self.groups_desired, self.groups_ready):
+            for labels in _series_of(metric, ("namespace", "serving", "role"), namespace, serving):
+                if labels[2] not in groups:
+                    metric.remove(*labels)
+        for role, (desired, ready) in groups.items():
+            self.groups_desired.labels(namespace, serving, role).set(desired)
+            self.groups_ready.labels(namespace, serving, role).set(ready)
+        if max_groups is None:
+            for labels in _series_of(self.autoscaling_max_groups, ("namespace", "serving"), namespace, serving):
+                self.autoscaling_max_groups.remove(*labels)
+        else:
+            self.autoscaling_max_groups.labels(namespace, serving).set(max_groups)
+
     def forget_serving(self, namespace: str, serving: str) -> None:
         """Drop a deleted serving's labelled series."""
         for metric, labels_of in (
@@ -129,6 +164,9 @@ class OperatorMetrics:
             (self.reconcile_errors_total, ("namespace", "serving", "reason")),
             (self.scrape_errors_total, ("namespace", "serving", "reason")),
             (self.serving_condition, ("namespace", "serving", "condition")),
+            (self.groups_desired, ("namespace", "serving", "role")),
+            (self.groups_ready, ("namespace", "serving", "role")),
+            (self.autoscaling_max_groups, ("namespace", "serving")),
         ):
             for labels in _series_of(metric, labels_of, namespace, serving):
                 metric.remove(*labels)

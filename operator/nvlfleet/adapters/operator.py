@@ -240,7 +240,13 @@ class Operator:
         events = self._statefulset_events(api, namespace) if labelable and children else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
-            serving=serving, now=now, children=children, served=served, policy=self.config.policy, events=events
+            serving=serving,
+            now=now,
+            children=children,
+            served=served,
+            policy=self.config.policy,
+            events=events,
+            prometheus_address=self.config.prometheus_address,
         )
         return self._cached(snap)
 
@@ -362,6 +368,8 @@ class Operator:
         status = decision.status if decision.status is not None else (serving.get("status") or {})
         conditions = {c["type"]: c.get("status") == "True" for c in status.get("conditions") or []}
         self.metrics.set_conditions(key.namespace, key.name, conditions)
+        if decision.groups:  # a frozen pass judged no groups: the gauges keep what the last planned pass said
+            self.metrics.set_groups(key.namespace, key.name, decision.groups, decision.max_groups)
         if key not in self.status_metrics:  # what the status says now: a restart rewrites nothing that holds
             observed = serving.get("status") or {}
             self.status_metrics[key] = {field: observed.get(field) for field in _status_metrics(None)}

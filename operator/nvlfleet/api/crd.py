@@ -18,8 +18,9 @@ From pydantic's JSON schema to a structural OpenAPI v3 schema:
   them, duplicates are refused); ``imagePullSecrets`` a set; every other list atomic.
 
 Subresources: status, and scale on ``spec.roles.decode.groups`` (``kubectl scale dss x --replicas 4`` and an HPA
-scale decode; prefill is sized by hand) with ``status.replicas`` (ready decode groups) as the observed replicas and
-``status.selector`` (the decode leaders' labels) as the selector an HPA reads pod metrics through.
+scale decode; prefill follows by ``spec.autoscaling.prefillPerDecode``, else is sized by hand) with
+``status.replicas`` (ready decode groups) as the observed replicas and ``status.selector`` (the decode leaders'
+labels) as the selector an HPA reads pod metrics through.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ SCRAPE_ROUND_DURATION = "nvlfleet_scrape_round_duration_seconds"
 SCRAPE_TARGETS = "nvlfleet_scrape_targets"  # {state=up|pending|down}
 SERVING_CONDITION = "nvlfleet_serving_condition"  # {namespace, serving, condition=Ready|Placed|...}: 1 while True
 DOMAIN_FREE_NODES = "nvlfleet_domain_free_nodes"  # {domain}
+GROUPS_DESIRED = "nvlfleet_groups_desired"  # {namespace, serving, role}: what the spec (and autoscaler) asks for
+GROUPS_READY = "nvlfleet_groups_ready"  # {namespace, serving, role}: groups whose pods are all Ready
+AUTOSCALING_MAX_GROUPS = "nvlfleet_autoscaling_max_groups"  # {namespace, serving}: only while spec.autoscaling is set
 
 # The labels every per-group series carries, in the order the operator exports them.
 GROUP_LABELS = ("namespace", "serving", "role", "domain")

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import alias_generators
 
+from nvlfleet.api import autoscaling as autoscaling_api
 from nvlfleet.api import disaggregation as disaggregation_api
 from nvlfleet.api import kubetypes, names, schema, servingstatus
 from nvlfleet.api import parity as parity_api
@@ -569,6 +570,9 @@ class DeepSeekServingSpec(schema.Model):
     disaggregation: Annotated[
         disaggregation_api.DisaggregationSpec | None,
         pydantic.Field(description="The KV connector of a serving with a prefill role; the facts' defaults if unset."),
+    ] = None
+    autoscaling: Annotated[
+        autoscaling_api.AutoscalingSpec | None, pydantic.Field(description="Decode groups sized by a signal (KEDA).")
     ] = None
 
     def roles_present(self) -> list[tuple[RoleName, RoleSpec]]:

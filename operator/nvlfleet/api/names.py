@@ -69,6 +69,7 @@ DEEPSEEK_SERVING = Kind(API_VERSION, KIND, PLURAL)
 LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
 COMPUTE_DOMAIN = Kind("resource.nvidia.com/v1beta1", "ComputeDomain", "computedomains")
 POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors")
+SCALED_OBJECT = Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects")
 SERVICE = Kind("v1", "Service", "services")
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
@@ -82,7 +83,8 @@ LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 # Every kind a serving can own, in the order children are applied: ComputeDomains before the LeaderWorkerSets
 # whose pods claim them; the router's ServiceAccount, Role and RoleBinding before the Deployment whose pods run as
 # that account (a pod naming a missing ServiceAccount is refused, and a router started before its binding exists
-# is refused its first watch); Services after what they select.
+# is refused its first watch); Services after what they select; the ScaledObject (spec.autoscaling) last, once
+# what it scales exists.
 CHILD_KINDS: tuple[Kind, ...] = (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -92,6 +94,7 @@ CHILD_KINDS: tuple[Kind, ...] = (
     DEPLOYMENT,
     SERVICE,
     POD_MONITOR,
+    SCALED_OBJECT,
 )
 # The child kinds every Kubernetes API server serves: no CRD to install, so never asked about through discovery.
 BUILTIN_CHILD_KINDS: frozenset[Kind] = frozenset({SERVICE_ACCOUNT, ROLE, ROLE_BINDING, DEPLOYMENT, SERVICE})

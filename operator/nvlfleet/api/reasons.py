@@ -19,6 +19,8 @@ PROGRESSING: Final = "Progressing"
 DEGRADED: Final = "Degraded"
 INSUFFICIENT_CAPACITY: Final = "InsufficientCapacity"
 CONDITION_TYPES: Final = (READY, PLACED, PROGRESSING, DEGRADED, INSUFFICIENT_CAPACITY)
+AUTOSCALING: Final = "Autoscaling"  # only while spec.autoscaling is set
+OPTIONAL_CONDITION_TYPES: Final = (AUTOSCALING,)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Condition reasons
@@ -35,6 +37,9 @@ COMPLETE: Final = "Complete"  # Progressing False
 ALL_GROUPS_READY: Final = "AllGroupsReady"  # Ready True
 SCALED_TO_ZERO: Final = "ScaledToZero"  # Ready True
 GROUPS_NOT_READY: Final = "GroupsNotReady"  # Ready False
+SCALED_OBJECT_RENDERED: Final = "ScaledObjectRendered"  # Autoscaling True
+KEDA_MISSING: Final = "KedaMissing"  # Autoscaling False: the ScaledObject API is not installed
+NO_PROMETHEUS_ADDRESS: Final = "NoPrometheusAddress"  # Autoscaling False: neither the spec nor the operator names one
 
 # Why the fleet is frozen (left exactly as it runs): the reason of Ready and Progressing, and of the Warning
 # event that says so.

@@ -16,6 +16,11 @@ What each alert is for, and why its expression looks the way it does:
   price multiplier first keeps an off-peak discount window from looking like a collapse.
 - *Serving not Ready* / *group unplaceable*: the reconciler's status, exported as gauges, so they reach someone
   who is not watching ``kubectl get``.
+- *Autoscaling pinned at maxGroups* / *autoscaling blocked by capacity*: an autoscaled serving whose decode groups
+  have asked for ``spec.autoscaling.maxGroups`` for 15 minutes needs a higher ceiling (or is mis-targeted); one whose
+  scale-up found no room for 15 minutes has an HPA that holds below what the signal asks (ready < desired). Both
+  are joined on ``nvlfleet_autoscaling_max_groups``, which only autoscaled servings export, so a serving sized by
+  hand never fires them (the unplaceable-group alert covers those).
 - *Scrape failures* and *reconcile errors*: the operator cannot see (or cannot act on) a serving; its numbers
   and status go stale while this lasts.
 """
@@ -131,6 +136,31 @@ def all_alerts() -> list[Alert]:
                 "No NVLink domain has enough free nodes for a whole group, and groups never span domains. "
                 "The serving's Placed condition names the largest free block; free nodes (drain, repair) or "
                 "shrink the group (spec.roles.*.parallelism)."
+            ),
+        ),
+        Alert(
+            name="NvlfleetAutoscalingPinnedAtMax",
+            signal=f'{metric_names.GROUPS_DESIRED}{{role="decode"}}',
+            condition=f">= on(namespace, serving) {metric_names.AUTOSCALING_MAX_GROUPS}",
+            for_="15m",
+            severity="warning",
+            summary=f"{_SERVING} has asked for its maxGroups ({{{{ $value }}}}) decode groups for 15 minutes.",
+            description=(
+                "The autoscaler's signal is still above its target at the ceiling: requests queue or the KV cache "
+                "stays full. Raise spec.autoscaling.maxGroups if the fleet has room, or check the target."
+            ),
+        ),
+        Alert(
+            name="NvlfleetAutoscalingBlockedByCapacity",
+            signal=f'{metric_names.SERVING_CONDITION}{{condition="{reasons.INSUFFICIENT_CAPACITY}"}}',
+            condition=f"== 1 and on(namespace, serving) {metric_names.AUTOSCALING_MAX_GROUPS}",
+            for_="15m",
+            severity="warning",
+            summary=f"Autoscaled {_SERVING} has not found room for the groups it asks for in 15 minutes.",
+            description=(
+                "The autoscaler asked for more groups than any NVLink domain has free nodes for; the groups that "
+                "fit run, the HPA holds with ready < desired. The InsufficientCapacity condition says what is "
+                "missing; free nodes or lower spec.autoscaling.maxGroups."
             ),
         ),
         Alert(

@@ -441,10 +441,21 @@ def serving() -> Dashboard:
                 "{{role}}")], unit="percentunit", min=0, max=1, width=12),
         ],
     )  # fmt: skip
+    groups = Row(
+        "Groups and autoscaling",
+        [
+            Panel("Desired vs ready groups", [
+                Query(f"sum by (role) ({_sel(names.GROUPS_DESIRED, s)})", "desired {{role}}"),
+                Query(f"sum by (role) ({_sel(names.GROUPS_READY, s)})", "ready {{role}}"),
+                Query(f"max({_sel(names.AUTOSCALING_MAX_GROUPS, s)})", "maxGroups (autoscaling)")], width=24,
+                description="Desired: what the spec asks for (decode as the autoscaler sets it, prefill following "
+                "by prefillPerDecode). Ready below desired for long: the fleet has no room (InsufficientCapacity)."),
+        ],
+    )  # fmt: skip
     return Dashboard(
         uid="nvlfleet-serving",
         title="nvlfleet / Serving",
-        description="One DeepSeekServing: tokens by kind, speculative decoding, revenue, and vLLM latency.",
+        description="One DeepSeekServing: tokens by kind, speculative decoding, revenue, vLLM latency, and its groups.",
         variables=[
             dataclasses.replace(_NAMESPACE, multi=False),
             dataclasses.replace(_SERVING_OF_NAMESPACE, multi=False),
@@ -452,7 +463,7 @@ def serving() -> Dashboard:
                 "role", "Role", f'label_values({names.GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'
             ),
         ],
-        rows=[throughput, money, engine, _requests_row(v)],
+        rows=[throughput, money, engine, _requests_row(v), groups],
         file_name="nvlfleet-serving.json",
     )
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import demands, inventory, planner, validation
+from nvlfleet.core import autoscaling, demands, inventory, planner, validation
 
 _T = TypeVar("_T")
 
@@ -225,7 +225,7 @@ def _servings(paths: Sequence[str], allowed: policy.Policy) -> list[tuple[str, m
                 raise BadInput(
                     _problems(source, [problems.Problem(problems.path(at, p.path), p.message) for p in review.errors])
                 )
-            serving = review.serving
+            serving = autoscaling.followed(review.serving)  # prefill as the operator sizes it
             if not serving.metadata.name:
                 raise BadInput(
                     _problems(

@@ -25,7 +25,7 @@ import yaml
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import demands, disaggregation, inventory, planner, profiles, render, validation
+from nvlfleet.core import autoscaling, demands, disaggregation, inventory, planner, profiles, render, validation
 
 
 class BadInput(Exception):
@@ -139,7 +139,7 @@ def _servings(paths: Sequence[str], allowed: policy.Policy) -> list[tuple[str, m
             if key in seen:
                 raise BadInput(f"{where}: metadata.name: {key} is also defined in {seen[key]}")
             seen[key] = where
-            out.append((where, review.serving))
+            out.append((where, autoscaling.followed(review.serving)))  # prefill as the operator sizes it
         if not found:
             raise BadInput(f"{path}: kind: no {names.KIND} in this file")
     return out

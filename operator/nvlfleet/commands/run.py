@@ -116,6 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Config.passes_at_once,
         help="reconcile passes of different servings in flight at once",
     )
+    parser.add_argument(
+        "--prometheus-address",
+        metavar="URL",
+        help="Prometheus that autoscaled servings' KEDA ScaledObjects query unless spec.autoscaling.prometheus says",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     policyflags.add_arguments(parser)
 
@@ -154,6 +159,7 @@ def config_of(args: argparse.Namespace) -> Config:
         passes_at_once=args.passes_at_once,
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
         policy=policyflags.policy_of(args),
+        prometheus_address=args.prometheus_address or None,
     )
 
 

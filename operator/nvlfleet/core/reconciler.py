@@ -49,7 +49,18 @@ from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership, problems, reasons, servingstatus
 from nvlfleet.api import policy as policy_
-from nvlfleet.core import demands, fieldsets, health, inventory, leaderworkersets, planner, render, report, validation
+from nvlfleet.core import (
+    autoscaling,
+    demands,
+    fieldsets,
+    health,
+    inventory,
+    leaderworkersets,
+    planner,
+    render,
+    report,
+    validation,
+)
 from nvlfleet.facts import hardware
 
 # The API each child kind needs, with the sentence that tells a person what to install.
@@ -108,6 +119,7 @@ class Snapshot:
     policy: policy_.Policy = policy_.DEFAULT  # what the cluster admin lets a serving ask for
     live_servings: frozenset[str] | None = None  # uids of the servings that exist, when the adapter knows them
     events: Sequence[Mapping[str, Any]] = ()
+    prometheus_address: str | None = None  # what a ScaledObject queries when spec.autoscaling names none
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -145,6 +157,9 @@ class Decision:
     # Groups placed where this serving runs none yet, or groups left unplaced: a choice made against every other
     # serving's groups (``Snapshot.fleet``), so the adapter makes such choices one at a time.
     places_groups: bool = False
+    # Per role, (desired, ready) groups of a pass that planned (prefill as it follows decode); for the gauges.
+    groups: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    max_groups: int | None = None  # spec.autoscaling.maxGroups of an autoscaled serving
 
     @property
     def writes(self) -> bool:
@@ -164,10 +179,10 @@ def reconcile(snap: Snapshot) -> Decision:
     before = objects.as_mapping(raw.get("status"))
 
     review = validation.review(dict(raw), snap.policy)
-    serving = review.serving
-    if serving is None or review.errors:
+    if review.serving is None or review.errors:
         message = "the spec is invalid, nothing was changed: " + _join(review.errors)
         return _frozen(snap, before, reasons.INVALID_SPEC, message)
+    serving = autoscaling.followed(review.serving)  # prefill follows decode before anything is planned
     missing = [PREREQUISITES[k] for k in _needed_kinds(serving.spec) if k not in snap.served]
     if missing:
         return _frozen(snap, before, reasons.MISSING_PREREQUISITE, "; ".join(missing))
@@ -188,6 +203,7 @@ def reconcile(snap: Snapshot) -> Decision:
         plan = planner.plan(inv, wanted, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
+        extra = _autoscaling(snap, serving, desired)
     except problems.InvalidSpec as err:
         return _frozen(
             snap, before, reasons.INVALID_SPEC, "the spec cannot be rendered, nothing was changed: " + str(err)
@@ -199,7 +215,7 @@ def reconcile(snap: Snapshot) -> Decision:
 
     changes = _diff(desired, owned)
     groups = health.assess(serving, desired, snap.pods, snap.children, inv, plan, snap.events)
-    status = report.status(serving, plan, groups, changes.busy, before, snap.now)
+    status = report.status(serving, plan, groups, changes.busy, before, snap.now, extra)
     patch = status.merge_patch(servingstatus.RECONCILED)
     events = [*changes.events(), *report.events(before, status)]
     if review.warnings and before.get("observedGeneration") != serving.metadata.generation:
@@ -217,11 +233,28 @@ def reconcile(snap: Snapshot) -> Decision:
         requeue_after=REQUEUE_SECONDS if changes.waiting else None,
         creates=tuple(changes.creates),
         places_groups=plan.unplaced > 0 or _grows(own_held, placement),
+        groups={
+            role.value: (plan.role(key, role.value).groups, groups.ready_by_role.get(role.value, 0))
+            for role, _ in serving.spec.roles_present()
+        },
+        max_groups=serving.spec.autoscaling.max_groups if serving.spec.autoscaling is not None else None,
     )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Parsing and checking
+
+
+def _autoscaling(snap: Snapshot, serving: models.DeepSeekServing, desired: list[dict[str, Any]]) -> report.Conditions:
+    """The Autoscaling condition of a serving with spec.autoscaling, adding its ScaledObject to ``desired`` when it
+    can be rendered. Without spec.autoscaling no ScaledObject is desired, so one left from before is pruned."""
+    if serving.spec.autoscaling is None:
+        return {}
+    found = autoscaling.condition(serving.spec, snap.served, snap.prometheus_address)
+    prometheus = autoscaling.address(serving.spec, snap.prometheus_address)
+    if found[0] == "True" and prometheus is not None:
+        desired.append(_owned_copy(autoscaling.scaled_object(serving, prometheus), serving))
+    return {reasons.AUTOSCALING: found}
 
 
 def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:

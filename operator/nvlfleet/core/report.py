@@ -59,8 +59,10 @@ def status(
     busy: bool,
     before: Mapping[str, Any],
     now: datetime.datetime,
+    extra: Conditions | None = None,
 ) -> servingstatus.DeepSeekServingStatus:
-    """The status after a pass that planned ``serving``; ``busy``: children are being applied or deleted."""
+    """The status after a pass that planned ``serving``; ``busy``: children are being applied or deleted;
+    ``extra``: conditions of ``reasons.OPTIONAL_CONDITION_TYPES`` the pass judged (Autoscaling)."""
     key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
     generation = serving.metadata.generation
     roles = [plan.role(key, role.value) for role, _ in serving.spec.roles_present()]
@@ -71,7 +73,7 @@ def status(
     decode = models.RoleName.DECODE
     return servingstatus.DeepSeekServingStatus(
         observed_generation=generation,
-        conditions=_conditions(_judged(roles, groups, busy, gpus), before, generation, now),
+        conditions=_conditions({**_judged(roles, groups, busy, gpus), **(extra or {})}, before, generation, now),
         placement=plan.placement(key),
         ready=f"{ready}/{desired}",
         ready_groups=ready,
@@ -97,6 +99,9 @@ def frozen(
     for ctype in (reasons.PLACED, reasons.DEGRADED, reasons.INSUFFICIENT_CAPACITY):
         old = _kept_condition(previous.get(ctype))
         conds[ctype] = old if old is not None else ("Unknown", reason, "not evaluated: " + message)
+    for ctype in reasons.OPTIONAL_CONDITION_TYPES:  # kept as they were: a frozen fleet changes nothing they judge
+        if (old := _kept_condition(previous.get(ctype))) is not None:
+            conds[ctype] = old
     return servingstatus.DeepSeekServingStatus(
         observed_generation=generation,
         conditions=_conditions(conds, before, generation, now),
@@ -185,7 +190,8 @@ def _conditions(
     previous = {c.get("type"): c for c in _old_conditions(before)}
     stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = []
-    for ctype in reasons.CONDITION_TYPES:
+    present = [t for t in reasons.OPTIONAL_CONDITION_TYPES if t in conds]
+    for ctype in (*reasons.CONDITION_TYPES, *present):
         status_, reason, message = conds[ctype]
         old = previous.get(ctype)
         kept = old.get("lastTransitionTime") if old is not None and old.get("status") == status_ else None

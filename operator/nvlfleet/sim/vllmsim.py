@@ -529,3 +529,18 @@ def _render(families: list[metrics_core.Metric], names: frozenset[str] = frozens
     if names:  # what prometheus-client's exposition apps do with ``?name[]=``
         return prometheus_client.generate_latest(registry.restricted_registry(names))
     return prometheus_client.generate_latest(registry)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The autoscaling knob: queue depth and KV-cache pressure, apart from the request protocol
+
+
+def set_pressure(endpoint: Endpoint, *, waiting_requests: float, kv_cache_usage: float) -> Load:
+    """Set the requests waiting (``vllm:num_requests_waiting``, over all the endpoint's engines) and the KV-cache
+    usage of each engine (``vllm:kv_cache_usage_perc``, 0..1) of ``endpoint``, keeping the rest of its load: what an
+    autoscaling test or demo raises and lowers. Returns the new load."""
+    if not 0.0 <= kv_cache_usage <= 1.0:
+        raise ValueError(f"kv_cache_usage {kv_cache_usage} is not a fraction between 0 and 1")
+    load = dataclasses.replace(endpoint.load, waiting_requests=waiting_requests, kv_cache_usage=kv_cache_usage)
+    endpoint.set_load(load)
+    return load

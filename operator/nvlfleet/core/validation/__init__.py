@@ -34,16 +34,16 @@ Decisions worth knowing:
 
 This package is that API; its modules are the checks, in the order ``review_serving`` runs them: ``parsing``
 (pydantic errors as Problems), ``shape`` (the CEL rules repeated, topology), ``pod``, ``router`` (the front door's
-policy and resources), ``family``, ``escapes`` (extraArgs and extraEnv), ``disaggregation`` (the KV connector of a
-prefill/decode serving) and ``rules`` (the effective settings
-against the pinned vLLM's rules); ``findings`` holds what they report into.
+policy and resources), ``autoscaling``, ``family``, ``escapes`` (extraArgs and extraEnv), ``disaggregation`` (the
+KV connector of a prefill/decode serving) and ``rules`` (the effective settings against the pinned vLLM's rules);
+``findings`` holds what they report into.
 """
 
 from __future__ import annotations
 
 from nvlfleet.api import models, policy, problems
 from nvlfleet.core import economics, privileges, render
-from nvlfleet.core.validation import disaggregation, escapes, family, findings, pod, router, rules, shape
+from nvlfleet.core.validation import autoscaling, disaggregation, escapes, family, findings, pod, router, rules, shape
 from nvlfleet.core.validation.findings import Review
 from nvlfleet.core.validation.parsing import PATTERN_MEANINGS, parse
 from nvlfleet.facts import facts
@@ -99,6 +99,7 @@ def review_serving(serving: models.DeepSeekServing, allowed: policy.Policy = pol
             out.error(problem.path, problem.message)
     pod.check_pod(spec, out)
     router.check_router(spec, out)
+    autoscaling.check_autoscaling(spec, out)
     try:
         version_facts = facts.load(spec.runtime.vllm_version)
     except facts.UnknownVersion as err:

@@ -40,6 +40,7 @@ PATTERN_MEANINGS: Mapping[str, str] = {
     schema.IMAGE: "a container image reference such as vllm/vllm-openai:v0.33.0",
     r"^[A-Za-z0-9][A-Za-z0-9._:-]*$": "a served model name (letters, digits, '.', '_', ':' and '-')",
     r"^/.*": "an absolute path",
+    r"^https?://[^\s]+$": "an http:// or https:// URL without spaces",
     r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$": "a Kubernetes label key such as "
     "nvidia.com/gpu.clique",
 }

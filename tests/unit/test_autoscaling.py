@@ -1,0 +1,297 @@
+"""spec.autoscaling: prefill follows decode, the KEDA ScaledObject the operator renders, and what capacity decides.
+
+Reconciler-level tests build the snapshot the operator would read (a serving, kwok-like Nodes, its children) and
+look at the decision; the KEDA side is the ScaledObject's wire shape, which KEDA turns into an HPA on the serving's
+scale subresource (proved on a real cluster by tests/integration/test_autoscaling.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from nvlfleet.api import autoscaling as autoscaling_api
+from nvlfleet.api import names, reasons
+from nvlfleet.core import autoscaling, reconciler, validation
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
+
+T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+UID = "0b8e4c1a-5f5e-4c1e-9d7a-0000000000a5"
+PROMETHEUS = "http://prometheus.monitoring.svc:9090"
+WITH_KEDA = frozenset({"LeaderWorkerSet", "ComputeDomain", "ScaledObject"})
+WITHOUT_KEDA = frozenset({"LeaderWorkerSet", "ComputeDomain"})
+
+
+def scaling(**extra: Any) -> dict[str, Any]:
+    return {"minGroups": 2, "maxGroups": 4, "signal": "waitingRequests", "target": 8, **extra}
+
+
+def autoscaled(groups: int = 2, prefill_groups: int = 1, **extra: Any) -> dict[str, Any]:
+    obj = sb.serving_dict(
+        groups=groups, nodes=1, prefill=sb.role(groups=prefill_groups, tensor=1, nodes=1), autoscaling=scaling(**extra)
+    )
+    obj["metadata"].update(uid=UID, generation=1)
+    return obj
+
+
+def decide(
+    obj: dict[str, Any],
+    *,
+    served: frozenset[str] = WITH_KEDA,
+    address: str | None = PROMETHEUS,
+    nodes: list[dict[str, Any]] | None = None,
+    children: list[dict[str, Any]] | None = None,
+) -> reconciler.Decision:
+    return reconciler.reconcile(
+        reconciler.Snapshot(
+            serving=obj,
+            now=T0,
+            nodes=nodes if nodes is not None else fb.rack(0) + fb.rack(1),
+            children=children or [],
+            served=served,
+            prometheus_address=address,
+        )
+    )
+
+
+def of_kind(decision: reconciler.Decision, kind: str) -> list[dict[str, Any]]:
+    return [o for o in decision.apply if o["kind"] == kind]
+
+
+def condition(decision: reconciler.Decision, ctype: str) -> dict[str, Any]:
+    assert decision.status is not None
+    return next(c for c in decision.status["conditions"] if c["type"] == ctype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prefill follows decode
+
+
+@pytest.mark.parametrize(
+    ("decode", "ratio", "prefill"),
+    [(4, 0.5, 2), (3, 0.5, 2), (1, 0.25, 1), (2, 1.5, 3), (0, 0.5, 0), (5, 0.1, 1)],
+    ids=["exact", "half-rounds-up", "at-least-one", "more-prefill", "zero-decode", "small-ratio"],
+)
+def test_prefill_groups_are_decode_times_the_ratio_rounded_and_at_least_one_while_decode_runs(
+    decode: int, ratio: float, prefill: int
+) -> None:
+    serving = validation.parse(autoscaled(groups=decode, prefillPerDecode=ratio))[0]
+    assert serving is not None
+    assert autoscaling.prefill_groups(serving.spec) == prefill
+    assert autoscaling.followed(serving).spec.roles.prefill is not None
+    assert autoscaling.followed(serving).spec.roles.prefill.groups == prefill  # type: ignore[union-attr]
+
+
+def test_without_a_ratio_prefill_keeps_the_groups_its_spec_says() -> None:
+    serving = validation.parse(autoscaled(groups=4, prefill_groups=3))[0]
+    assert serving is not None
+    assert autoscaling.followed(serving) is serving
+
+
+def test_the_planner_places_the_followed_prefill_groups_and_the_status_counts_them() -> None:
+    decision = decide(autoscaled(groups=4, prefill_groups=1, prefillPerDecode=0.5))
+    assert {role: sum(per.values()) for role, per in decision.placement.items()} == {"prefill": 2, "decode": 4}
+    assert decision.status is not None and decision.status["desiredGroups"] == 6
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The ScaledObject
+
+
+def test_an_autoscaled_serving_gets_a_scaled_object_on_its_scale_subresource_owned_by_it() -> None:
+    decision = decide(autoscaled(scaleDownStabilizationSeconds=30))
+    (scaled,) = of_kind(decision, "ScaledObject")
+    assert kinds_and_kinds(decision)[-1] == "ScaledObject"  # applied last, once what it scales exists
+    spec = scaled["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": names.API_VERSION, "kind": names.KIND, "name": "dsv41"}
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 4)
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"] == {"stabilizationWindowSeconds": 30}
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["serverAddress"] == PROMETHEUS
+    assert trigger["metadata"]["threshold"] == "8"
+    assert [r["uid"] for r in scaled["metadata"]["ownerReferences"]] == [UID]
+    assert scaled["metadata"]["labels"][names.SERVING_LABEL] == "dsv41"
+    assert (condition(decision, reasons.AUTOSCALING)["status"], condition(decision, reasons.AUTOSCALING)["reason"]) == (
+        "True",
+        reasons.SCALED_OBJECT_RENDERED,
+    )
+
+
+def kinds_and_kinds(decision: reconciler.Decision) -> list[str]:
+    return [o["kind"] for o in decision.apply]
+
+
+@pytest.mark.parametrize(
+    ("signal", "query", "metric_type"),
+    [
+        (
+            "waitingRequests",
+            'sum(vllm:num_requests_waiting{namespace="llm",serving="dsv41",role="decode"})',
+            "AverageValue",
+        ),
+        ("kvCacheUsage", 'avg(vllm:kv_cache_usage_perc{namespace="llm",serving="dsv41",role="decode"})', "Value"),
+        (
+            "generationTokensPerGpu",
+            'sum(rate(vllm:generation_tokens_total{namespace="llm",serving="dsv41",role="decode"}[1m])) / 4',
+            "AverageValue",
+        ),
+    ],
+)
+def test_each_signal_is_one_promql_query_over_the_servings_decode_engines(
+    signal: str, query: str, metric_type: str
+) -> None:
+    (scaled,) = of_kind(decide(autoscaled(signal=signal)), "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert (trigger["metadata"]["query"], trigger["metricType"]) == (query, metric_type)
+
+
+def test_the_specs_prometheus_address_wins_over_the_operators() -> None:
+    mine = "http://my-prometheus.team.svc:9090"
+    (scaled,) = of_kind(decide(autoscaled(prometheus={"address": mine})), "ScaledObject")
+    assert scaled["spec"]["triggers"][0]["metadata"]["serverAddress"] == mine
+
+
+def test_without_kedas_api_a_condition_says_so_and_the_serving_runs_at_its_spec_groups() -> None:
+    decision = decide(autoscaled(groups=3), served=WITHOUT_KEDA)
+    assert of_kind(decision, "ScaledObject") == []
+    found = condition(decision, reasons.AUTOSCALING)
+    assert (found["status"], found["reason"]) == ("False", reasons.KEDA_MISSING)
+    assert "scaledobjects.keda.sh" in found["message"]
+    assert sum(decision.placement["decode"].values()) == 3
+    assert condition(decision, reasons.READY)["reason"] != reasons.MISSING_PREREQUISITE
+
+
+def test_without_a_prometheus_address_a_condition_names_the_field_and_the_flag() -> None:
+    decision = decide(autoscaled(), address=None)
+    assert of_kind(decision, "ScaledObject") == []
+    found = condition(decision, reasons.AUTOSCALING)
+    assert (found["status"], found["reason"]) == ("False", reasons.NO_PROMETHEUS_ADDRESS)
+    assert "spec.autoscaling.prometheus.address" in found["message"] and "--prometheus-address" in found["message"]
+
+
+def test_turning_autoscaling_off_prunes_the_scaled_object_and_drops_the_condition() -> None:
+    (scaled,) = of_kind(decide(autoscaled()), "ScaledObject")
+    stored = {**scaled, "metadata": {**scaled["metadata"], "uid": "uid-so"}}
+    plain = autoscaled()
+    del plain["spec"]["autoscaling"]
+    decision = decide(plain, children=[stored])
+    assert [(o["kind"], o["metadata"]["name"]) for o in decision.delete] == [("ScaledObject", "dsv41")]
+    assert decision.status is not None
+    assert reasons.AUTOSCALING not in {c["type"] for c in decision.status["conditions"]}
+
+
+def test_a_serving_without_autoscaling_has_no_autoscaling_condition() -> None:
+    plain = autoscaled()
+    del plain["spec"]["autoscaling"]
+    decision = decide(plain)
+    assert decision.status is not None
+    assert [c["type"] for c in decision.status["conditions"]] == list(reasons.CONDITION_TYPES)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Capacity decides
+
+
+def test_a_scale_up_that_does_not_fit_places_what_fits_says_what_is_missing_and_moves_nothing() -> None:
+    # One NVL72 rack, 14 of its 18 trays taken by another tenant: 4 trays for single-tray groups. Running: 2 decode
+    # and 1 prefill. The autoscaler asks for 4 decode: one more fits, one does not.
+    nodes = fb.rack(0)
+    others = [fb.pod(f"tenant-{i}", f"rack-0-{i:02d}", namespace="other") for i in range(14)]
+    running = snapshot(autoscaled(groups=2), nodes, others, [])
+    before = reconciler.reconcile(running)
+    assert before.unplaced == 0
+    lws = [{**o, "metadata": {**o["metadata"], "uid": "uid-" + o["metadata"]["name"]}} for o in before.apply]
+
+    decision = reconciler.reconcile(snapshot(autoscaled(groups=4), nodes, others, lws))
+
+    assert decision.placement == {"prefill": before.placement["prefill"], "decode": {fb.clique(0): 3}}
+    assert decision.unplaced == 1
+    missing = condition(decision, reasons.INSUFFICIENT_CAPACITY)
+    assert missing["status"] == "True" and "1 more" in missing["message"], missing["message"]
+    assert decision.status is not None
+    assert (decision.status["desiredGroups"], decision.status["replicas"]) == (5, 0)  # HPA: ready < desired
+    placed = condition(decision, reasons.PLACED)
+    assert (placed["status"], placed["reason"]) == ("False", reasons.INSUFFICIENT_CAPACITY)
+
+
+def snapshot(
+    obj: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]], children: list[dict[str, Any]]
+) -> reconciler.Snapshot:
+    return reconciler.Snapshot(
+        serving=obj,
+        now=T0,
+        nodes=nodes,
+        pods=pods,
+        children=children,
+        fleet=[c for c in children if c["kind"] == "LeaderWorkerSet"],
+        served=WITH_KEDA,
+        prometheus_address=PROMETHEUS,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"minGroups": 5, "maxGroups": 4}, "spec.autoscaling.minGroups"),
+        ({"prefillPerDecode": 0}, "spec.autoscaling.prefillPerDecode"),
+        ({"prefillPerDecode": -0.5}, "spec.autoscaling.prefillPerDecode"),
+        ({"signal": "gpuUtilisation"}, "spec.autoscaling.signal"),
+        ({"target": 0}, "spec.autoscaling.target"),
+        ({"target": -1}, "spec.autoscaling.target"),
+        ({"maxGroups": 0}, "spec.autoscaling.maxGroups"),
+        ({"prometheus": {"address": "prometheus:9090"}}, "spec.autoscaling.prometheus.address"),
+    ],
+    ids=[
+        "min-above-max",
+        "zero-ratio",
+        "negative-ratio",
+        "unknown-signal",
+        "zero-target",
+        "negative-target",
+        "zero-max",
+        "address-without-scheme",
+    ],
+)
+def test_bad_autoscaling_is_refused_with_the_field_path(change: dict[str, Any], path: str) -> None:
+    found = validation.validate(autoscaled(**change))
+    assert path in {p.path for p in found}, found
+
+
+def test_a_max_groups_no_nvlink_domain_can_hold_is_refused_at_max_groups() -> None:
+    # H200: NVLink stops at the node, so a two-node decode group never fits one domain however many racks there are.
+    obj = sb.serving_dict(gpu="H200", groups=2, tensor=8, nodes=2, autoscaling=scaling())
+    found = {p.path: p.message for p in validation.validate(obj)}
+    assert "spec.autoscaling.maxGroups" in found and "can never be placed" in found["spec.autoscaling.maxGroups"]
+
+
+def test_a_ratio_without_a_prefill_role_is_refused() -> None:
+    obj = sb.serving_dict(groups=2, nodes=1, autoscaling=scaling(prefillPerDecode=0.5))
+    assert "spec.autoscaling.prefillPerDecode" in {p.path for p in validation.validate(obj)}
+
+
+def test_the_crd_refuses_min_groups_above_max_groups_with_a_cel_rule() -> None:
+    from nvlfleet.api import crd
+
+    node = crd.schema()["properties"]["spec"]["properties"]["autoscaling"]
+    assert {"rule": "self.minGroups <= self.maxGroups", "message": "minGroups must not exceed maxGroups"} in node[
+        "x-kubernetes-validations"
+    ]
+    assert node["properties"]["signal"]["enum"] == [s.value for s in autoscaling_api.Signal]
+    assert node["properties"]["prefillPerDecode"]["exclusiveMinimum"] is True
+
+
+def test_the_decision_carries_desired_and_ready_groups_per_role_and_the_ceiling_for_the_gauges() -> None:
+    decision = decide(autoscaled(groups=4, prefillPerDecode=0.5))
+    assert decision.groups == {"prefill": (2, 0), "decode": (4, 0)}
+    assert decision.max_groups == 4
+    plain = autoscaled()
+    del plain["spec"]["autoscaling"]
+    assert decide(plain).max_groups is None
