@@ -10,7 +10,8 @@ The builds are arranged so that a cold build on two cores stays short:
   generated wrapper module (k8s.io/kubernetes with every staging module replaced by its v0.X.Y tag, plus kwok
   and LWS), so the Kubernetes packages they share are resolved to one version and compiled once into one Go
   build cache; each later binary only compiles what is new to it.
-- etcd lives in its own small wrapper module (its own dependency pins).
+- etcd lives in its own small wrapper module (its own dependency pins); so does the on-demand Kueue manager,
+  which `ensure_all` (cluster-up) skips and `ensure("kueue-manager")` builds on first use.
 - `-trimpath -ldflags='-s -w'`, CGO_ENABLED=0, `-p 2`; only missing binaries are built.
 The Go module and build caches live under $NVLFLEET_CACHE too, so deleting that one folder really is cold.
 """
@@ -45,10 +46,13 @@ def say(message: str) -> None:
 
 
 def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
-    """Every binary the cluster needs, building what is missing; name → absolute path."""
+    """Every binary `cluster-up` needs, building what is missing; name → absolute path. On-demand components
+    (Kueue) are left to `ensure`."""
     found: dict[str, pathlib.Path] = {}
     missing: list[versions.GoComponent] = []
     for component in versions.GO_COMPONENTS:
+        if component.on_demand:
+            continue
         path = _cached_or_on_path(component)
         if path is None:
             missing.append(component)
@@ -59,6 +63,16 @@ def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
             found.update(_build(missing, progress))
     found.update(kubectl_and_helm(progress))
     return found
+
+
+def ensure(name: str, progress: Progress = say) -> pathlib.Path:
+    """One Go component's binary (e.g. an on-demand one), built if it is not cached yet."""
+    component = versions.go_component(name)
+    path = _cached_or_on_path(component)
+    if path is not None:
+        return path
+    with _build_lock():
+        return _build([component], progress)[component.name]
 
 
 def go_binary(name: str) -> pathlib.Path:
@@ -223,6 +237,9 @@ def _module_spec(go: str, module: str) -> tuple[str, list[str]]:
         siblings = ["server/v3", "api/v3", "client/pkg/v3", "client/v3", "pkg/v3"]
         requires = "\n".join(f"\tgo.etcd.io/etcd/{s} {versions.ETCD}" for s in siblings)
         return f"module nvlfleet.local/build/etcd\n\ngo 1.26.0\n\nrequire (\n{requires}\n)\n", get_args
+    if module == versions.KUEUE_MODULE:
+        # Kueue's go.mod has no replace directives, so requiring it alone resolves exactly its own pins.
+        return "module nvlfleet.local/build/kueue\n\ngo 1.26.0\n", get_args
     if module == versions.CONTROL_PLANE_MODULE:
         replaces = "\n".join(f"\t{m} => {m} {versions.KUBERNETES_STAGING}" for m in _kubernetes_staging_modules(go))
         gomod = (

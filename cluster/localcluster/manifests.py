@@ -32,10 +32,10 @@ def install(layout: components.Layout) -> None:
     crds = sorted((lws_source / "config" / "crd" / "bases").glob("*.yaml"))
     crds.append(_DATA / "computedomain-crd.yaml")
     apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-    names = [_kubectl(layout, [*apply, "-o", "name"], crd).strip() for crd in crds]
-    _wait_established(layout, names)
+    names = [kubectl(layout, [*apply, "-o", "name"], crd).strip() for crd in crds]
+    wait_established(layout, names)
     webhooks = lws_webhook_configurations(lws_source, layout)
-    _kubectl(layout, [*apply, "-f", "-"], stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": webhooks}))
+    kubectl(layout, [*apply, "-f", "-"], stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": webhooks}))
 
 
 def lws_webhook_configurations(lws_source: pathlib.Path, layout: components.Layout) -> list[dict[str, Any]]:
@@ -60,12 +60,12 @@ def lws_webhook_configurations(lws_source: pathlib.Path, layout: components.Layo
     return configurations
 
 
-def _wait_established(layout: components.Layout, names: list[str], timeout: float = 60.0) -> None:
+def wait_established(layout: components.Layout, names: list[str], timeout: float = 60.0) -> None:
     # `kubectl wait` (and a jsonpath filter) fail outright on a CRD whose status has no conditions yet, which
     # is what a freshly started API server shows for a moment: read the conditions as JSON instead.
     deadline = time.monotonic() + timeout
     for name in names:
-        while not _established(json.loads(_kubectl(layout, ["get", name, "-o", "json"]))):
+        while not _established(json.loads(kubectl(layout, ["get", name, "-o", "json"]))):
             if time.monotonic() > deadline:
                 raise errors.ComponentError("manifests", f"{name} not Established after {timeout:.0f}s")
             time.sleep(0.2)
@@ -76,7 +76,7 @@ def _established(crd: dict[str, Any]) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
-def _kubectl(
+def kubectl(
     layout: components.Layout, args: list[str], file: pathlib.Path | None = None, stdin: str | None = None
 ) -> str:
     cmd = [str(binaries.kubectl()), f"--kubeconfig={layout.admin_kubeconfig}", *args]

@@ -5,12 +5,12 @@ Third step of the local-cluster data flow (versions → binaries → **PKI** →
   controller-manager uses it to sign CSRs, so new client credentials can be minted later.
 - client certificates, one identity per component: the controller-manager and scheduler use the identities
   Kubernetes' default RBAC already grants (system:kube-controller-manager, system:kube-scheduler), so RBAC is
-  exercised for real; the admin, kwok and the LWS controller are in system:masters.
+  exercised for real; the admin, kwok, the LWS controller and Kueue are in system:masters.
 - serving certificates for the API server, the controller-manager and the scheduler (127.0.0.1), so their
   health endpoints are checked with real TLS verification.
 - `front-proxy-ca`: the aggregation layer's request-header CA, so delegated authentication in the
   controller-manager, scheduler and any aggregated API server is configured as in a real cluster.
-- `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS), as a real cluster's
+- `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS, Kueue), as a real cluster's
   webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle.
 - `sa`: the key pair that signs and verifies ServiceAccount tokens (TokenRequest works).
 ECDSA P-256 keys: generating them is instant, and every component accepts them.
@@ -41,6 +41,7 @@ CLIENTS = (
     ClientIdentity("kube-scheduler", "system:kube-scheduler"),
     ClientIdentity("kwok", "kwok-controller", "system:masters"),
     ClientIdentity("lws-controller", "lws-controller-manager", "system:masters"),
+    ClientIdentity("kueue-manager", "kueue-controller-manager", "system:masters"),
 )
 
 APISERVER_SANS = (
@@ -65,7 +66,8 @@ def ensure(pki_dir: pathlib.Path, service_ip: str) -> None:
         _leaf(pki_dir, client.name, "ca", client.common_name, client.organization, (), server=False)
     for component in ("kube-controller-manager", "kube-scheduler"):
         _leaf(pki_dir, f"{component}-serving", "ca", component, "", ("IP:127.0.0.1",), server=True)
-    _leaf(pki_dir, "lws-webhook", "webhook-ca", "lws-webhook", "", ("IP:127.0.0.1",), server=True)
+    for webhook in ("lws-webhook", "kueue-webhook"):
+        _leaf(pki_dir, webhook, "webhook-ca", webhook, "", ("IP:127.0.0.1",), server=True)
     if not (pki_dir / "sa.key").exists():
         _openssl(pki_dir, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key")
         _openssl(pki_dir, "pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")

