@@ -19,8 +19,9 @@ taken against its own reference, and notes the machine's 1-minute load average a
 Both sides wait on a watch (no polling interval to round up to). Between the runs the namespace is deleted and
 the benchmark waits until every pod is gone, so each run starts on an empty fleet. The servings keep the
 defaults of a DeepSeek-V4.1-Flash decode role on GB200 with two-node groups (a leader and a worker per group),
-without ComputeDomains (the local cluster runs no IMEX driver; with one, both sides would wait for it alike) and
-without scraping (figure 4 measures telemetry on its own).
+without ComputeDomains (the local cluster runs no IMEX driver; with one, both sides would wait for it alike),
+without scraping (figure 4 measures telemetry on its own) and without the router (its Deployment's pod is no
+part of "every pod of every LeaderWorkerSet Ready"; both sides would create it alike).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
             "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes_per_group}}},
             "placement": {"computeDomain": False},
             "monitoring": {"scrape": False},
+            "router": {"enabled": False},
         },
     }
 
@@ -326,16 +328,21 @@ def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) ->
 
 
 def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> None:
+    """One server-side apply of any child kind nvlfleet renders (its REST path from ``names.CHILD_KINDS``)."""
+    kind = next((k for k in api_names.CHILD_KINDS if (k.api_version, k.kind) == (obj["apiVersion"], obj["kind"])), None)
+    if kind is None:
+        raise ValueError(f"the plain client does not apply {obj['apiVersion']} {obj['kind']}")
     meta = obj["metadata"]
-    options = {"field_manager": field_manager, "force": True, "_content_type": "application/apply-patch+yaml"}
-    if obj["kind"] == "Service":
-        client.CoreV1Api(api).patch_namespaced_service(meta["name"], meta["namespace"], dict(obj), **options)
-    elif obj["kind"] == "LeaderWorkerSet":
-        client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            *LWS[:2], meta["namespace"], LWS[2], meta["name"], dict(obj), **options
+    api.call_api(
+        *api.param_serialize(
+            "PATCH",
+            kind.path(meta.get("namespace"), meta["name"]),
+            query_params=[("fieldManager", field_manager), ("force", "true")],
+            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+            body=dict(obj),
+            auth_settings=["BearerToken"],
         )
-    else:
-        raise ValueError(f"the plain client does not apply {obj['kind']}")
+    ).read()
 
 
 @dataclasses.dataclass(frozen=True)
