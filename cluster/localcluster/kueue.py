@@ -9,9 +9,15 @@ recorded PID (`cluster.down` calls it too). What it installs, all from the pinne
   (Kueue's own kinds, LeaderWorkerSets and pods), calling https://127.0.0.1:<port>/<path> with the local webhook
   CA, as LWS's are wired (manifests.py). The LeaderWorkerSet and pod webhooks only see namespaces labelled
   `MANAGED_LABEL`, so a Kueue that is stopped (or slow) never blocks anyone else's pods.
-The manager runs with its internal cert management off (it serves pki's kueue-webhook certificate), no leader
-election, no metrics listener and no visibility API server, health on 127.0.0.1, the LeaderWorkerSet
-integration (which brings the pod integration with it) and topology-aware scheduling (on by default in v0.17).
+- the CRDs' conversion webhooks (config/components/crd/patches/webhook_in_*.yaml), on the same 127.0.0.1 port.
+Certificates: Kueue v0.17 without its internal cert management reads metrics certificates from a fixed
+/etc/kueue path, so it runs with it on and is handed a Secret its rotator accepts as valid (pki.kueue: a CA
+of its own and a serving certificate for its Service name that is also valid for 127.0.0.1); the rotator then
+keeps them and injects that CA into the webhook configurations and CRDs, and the files it would find mounted
+in a pod are copied into its cert dir.
+The manager runs without leader election, metrics listener or visibility API server, health on 127.0.0.1, the
+LeaderWorkerSet integration (which brings the pod integration with it) and topology-aware scheduling (on by
+default in v0.17).
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ LWS_FRAMEWORK = "leaderworkerset.x-k8s.io/leaderworkerset"
 _KEPT_GROUPS = {"kueue.x-k8s.io", "leaderworkerset.x-k8s.io"}
 _SCOPED_RESOURCES = {"pods", "leaderworkersets"}
 _STARTUP_SECONDS = 120.0
+# Kueue's defaults (apis/config/v1beta2/defaults.go, pkg/util/cert): the rotator's CA name, the Service its
+# serving certificate is for, and the Secret it keeps them in.
+_CA_NAME = "kueue-ca"
+_SERVICE_DNS = f"kueue-webhook-service.{NAMESPACE}.svc"
+_SECRET = "kueue-webhook-server-cert"
 
 
 def ensure_running(layout: components.Layout, progress: binaries.Progress = binaries.say) -> int:
@@ -73,6 +84,7 @@ def ensure_running(layout: components.Layout, progress: binaries.Progress = bina
             last = processes.last_lines(log)
             raise errors.ComponentError(NAME, f"exited during startup: {last[-300:]}", log)
         if time.monotonic() > deadline:
+            processes.stop(pid, binary)  # not left running half-started
             raise errors.ComponentError(NAME, f"not healthy after {_STARTUP_SECONDS:.0f}s", log)
         time.sleep(0.5)
     pid = processes.read_pid(_pid_file(layout.root))
@@ -101,7 +113,7 @@ def healthy(root: pathlib.Path) -> bool:
     ports = _ports(root)
     if not ports or not components.http_ok(f"http://127.0.0.1:{ports['health']}/readyz"):
         return False
-    context = ssl.create_default_context(cafile=str(root / "pki" / "webhook-ca.crt"))
+    context = ssl.create_default_context(cafile=str(root / "pki" / "kueue-ca.crt"))
     try:
         with (
             socket.create_connection(("127.0.0.1", ports["webhook"]), timeout=3) as raw,
@@ -113,22 +125,55 @@ def healthy(root: pathlib.Path) -> bool:
 
 
 def install(layout: components.Layout, source: pathlib.Path, webhook_port: int) -> None:
-    """Kueue's CRDs, its namespace and its webhook configurations (server-side applied: idempotent)."""
+    """Kueue's CRDs, namespace, certificate Secret and webhook configurations (server-side applied: idempotent)."""
+    import yaml
+
     apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={manifests.FIELD_MANAGER}"]
-    crds = sorted((source / "config" / "components" / "crd" / "bases").glob("*.yaml"))
-    names = [manifests.kubectl(layout, [*apply, "-o", "name"], crd).strip() for crd in crds]
+    ca_bundle = base64.b64encode((layout.pki / "kueue-ca.crt").read_bytes()).decode()
+    crd_dir = source / "config" / "components" / "crd"
+    converted = {}
+    for patch in (crd_dir / "patches").glob("webhook_in_*.yaml"):
+        doc = yaml.safe_load(patch.read_text())
+        converted[doc["metadata"]["name"]] = doc["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"]
+    crds = []
+    for path in sorted((crd_dir / "bases").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if crd["metadata"]["name"] in converted:
+            url = f"https://127.0.0.1:{webhook_port}{converted[crd['metadata']['name']]}"
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": {"url": url, "caBundle": ca_bundle}, "conversionReviewVersions": ["v1"]},
+            }
+        crds.append(crd)
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": crds})
+    names = manifests.kubectl(layout, [*apply, "-o", "name", "-f", "-"], stdin=listed).split()
     manifests.wait_established(layout, names)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    items = [namespace, *webhook_configurations(source, layout, webhook_port)]
-    manifests.kubectl(
-        layout, [*apply, "-f", "-"], stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-    )
+    items = [namespace, _secret(layout), *webhook_configurations(source, layout, webhook_port)]
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    manifests.kubectl(layout, [*apply, "-f", "-"], stdin=listed)
+
+
+def _secret(layout: components.Layout) -> dict[str, Any]:
+    """The rotator's Secret, filled with pki.kueue's CA and serving certificate (a local throwaway CA)."""
+    files = {"ca.crt": "kueue-ca", "ca.key": "kueue-ca", "tls.crt": "kueue-serving", "tls.key": "kueue-serving"}
+    data = {
+        key: base64.b64encode((layout.pki / f"{stem}.{key.split('.')[1]}").read_bytes()).decode()
+        for key, stem in files.items()
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": _SECRET, "namespace": NAMESPACE},
+        "type": "Opaque",
+        "data": data,
+    }
 
 
 def webhook_configurations(source: pathlib.Path, layout: components.Layout, port: int) -> list[dict[str, Any]]:
     import yaml
 
-    ca_bundle = base64.b64encode((layout.pki / "webhook-ca.crt").read_bytes()).decode()
+    ca_bundle = base64.b64encode((layout.pki / "kueue-ca.crt").read_bytes()).decode()
     key, value = MANAGED_LABEL
     out = []
     for document in yaml.safe_load_all((source / "config" / "components" / "webhook" / "manifests.yaml").read_text()):
@@ -161,7 +206,7 @@ def config(root: pathlib.Path, ports: dict[str, int]) -> dict[str, Any]:
         "kind": "Configuration",
         "namespace": NAMESPACE,
         "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
+        "internalCertManagement": {"enable": True},  # see the module docstring
         "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": str(root / "kueue-certs")},
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
@@ -172,12 +217,14 @@ def config(root: pathlib.Path, ports: dict[str, int]) -> dict[str, Any]:
 
 
 def _prepare_files(layout: components.Layout, ports: dict[str, int]) -> None:
-    pki.ensure(layout.pki, components.SERVICE_IP)  # adds the kueue-webhook certificate to an older cluster's PKI
+    pki.ensure(layout.pki, components.SERVICE_IP)  # adds the kueue-manager identity to an older cluster's PKI
+    pki.kueue(layout.pki, _CA_NAME, _SERVICE_DNS)
     credentials.client_cert_kubeconfig(layout.kubeconfig(NAME), layout.server, layout.pki, NAME)
+    # What a pod would see of the Secret mounted at the cert dir (the rotator keeps the Secret, writes no files).
     certs = layout.root / "kueue-certs"
     certs.mkdir(exist_ok=True)
-    shutil.copyfile(layout.pki / "kueue-webhook.crt", certs / "tls.crt")
-    shutil.copyfile(layout.pki / "kueue-webhook.key", certs / "tls.key")
+    shutil.copyfile(layout.pki / "kueue-serving.crt", certs / "tls.crt")
+    shutil.copyfile(layout.pki / "kueue-serving.key", certs / "tls.key")
     layout.config.mkdir(parents=True, exist_ok=True)
     _config_file(layout.root).write_text(json.dumps(config(layout.root, ports), indent=2) + "\n")
     _ports_file(layout.root).write_text(json.dumps(ports) + "\n")

@@ -10,8 +10,9 @@ Third step of the local-cluster data flow (versions → binaries → **PKI** →
   health endpoints are checked with real TLS verification.
 - `front-proxy-ca`: the aggregation layer's request-header CA, so delegated authentication in the
   controller-manager, scheduler and any aggregated API server is configured as in a real cluster.
-- `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS, Kueue), as a real cluster's
-  webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle.
+- `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS), as a real cluster's
+  webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle. Kueue gets a CA
+  of its own (`kueue`), in the form its certificate rotator keeps.
 - `sa`: the key pair that signs and verifies ServiceAccount tokens (TokenRequest works).
 ECDSA P-256 keys: generating them is instant, and every component accepts them.
 """
@@ -66,11 +67,28 @@ def ensure(pki_dir: pathlib.Path, service_ip: str) -> None:
         _leaf(pki_dir, client.name, "ca", client.common_name, client.organization, (), server=False)
     for component in ("kube-controller-manager", "kube-scheduler"):
         _leaf(pki_dir, f"{component}-serving", "ca", component, "", ("IP:127.0.0.1",), server=True)
-    for webhook in ("lws-webhook", "kueue-webhook"):
-        _leaf(pki_dir, webhook, "webhook-ca", webhook, "", ("IP:127.0.0.1",), server=True)
+    _leaf(pki_dir, "lws-webhook", "webhook-ca", "lws-webhook", "", ("IP:127.0.0.1",), server=True)
     if not (pki_dir / "sa.key").exists():
         _openssl(pki_dir, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key")
         _openssl(pki_dir, "pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+
+def kueue(pki_dir: pathlib.Path, ca_name: str, service_dns: str) -> None:
+    """Kueue's own CA and webhook serving certificate, in the shape its cert rotator (open-policy-agent's
+    cert-controller) accepts as valid, so it keeps them instead of minting certificates for an in-cluster
+    Service: an RSA (PKCS#1) CA whose subjectAltName is its own name, and a serving certificate for the
+    Service's DNS name that is also valid for 127.0.0.1, where the API server calls it here."""
+    if not (pki_dir / "kueue-ca.crt").exists():
+        _openssl(pki_dir, "genrsa", "-traditional", "-out", "kueue-ca.key", "2048")
+        (pki_dir / "kueue-ca.key").chmod(0o600)
+        _openssl(
+            pki_dir,
+            *("req", "-x509", "-new", "-key", "kueue-ca.key", "-subj", f"/CN={ca_name}/O=kueue", "-days", _DAYS),
+            *("-addext", "basicConstraints=critical,CA:TRUE"),
+            *("-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature,keyEncipherment"),
+            *("-addext", f"subjectAltName=DNS:{ca_name}", "-out", "kueue-ca.crt"),
+        )
+    _leaf(pki_dir, "kueue-serving", "kueue-ca", service_dns, "", (f"DNS:{service_dns}", "IP:127.0.0.1"), server=True)
 
 
 def _ca(pki_dir: pathlib.Path, name: str, common_name: str) -> None:
