@@ -171,14 +171,49 @@ class Run:
             time.sleep(1.0)
 
     def cleanup(self) -> None:
+        if self.engine == "kueue-tas":
+            remove_kueue_objects(self.api, self.name, self.namespace)
         with contextlib.suppress(ApiException):
             self.core.delete_namespace(self.namespace)
-        if self.engine == "kueue-tas":
-            for plural, body in reversed(kueue_objects(self.name, self.namespace)):
-                if plural != "localqueues":
-                    with contextlib.suppress(ApiException):
-                        self.custom.delete_cluster_custom_object(*KUEUE, plural, body["metadata"]["name"])
         fleets.delete_fleet(self.api, self.name)
+
+
+def remove_kueue_objects(api: client.ApiClient, name: str, namespace: str, timeout: float = 300) -> None:
+    """The LeaderWorkerSets of ``namespace``, then ``kueue_objects``, each waited for while Kueue still runs: Kueue
+    holds its queues, flavor and topology with a finalizer until no Workload uses them, and only a running Kueue
+    lets go of it (stopped first, they would stay behind, deleting, for good)."""
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(ApiException):
+        custom.delete_collection_namespaced_custom_object(*LWS[:2], namespace, LWS[2])
+    _until_none(lambda: custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"], timeout)
+    for plural, _ in reversed(kueue_objects(name, namespace)):
+        with contextlib.suppress(ApiException):
+            if plural == "localqueues":
+                custom.delete_namespaced_custom_object(*KUEUE, namespace, plural, name)
+            else:
+                custom.delete_cluster_custom_object(*KUEUE, plural, name)
+        _until_none(lambda plural=plural: _exists(custom, plural, namespace, name), timeout)  # type: ignore[misc]
+
+
+def _exists(custom: client.CustomObjectsApi, plural: str, namespace: str, name: str) -> bool:
+    try:
+        if plural == "localqueues":
+            custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name)
+        else:
+            custom.get_cluster_custom_object(*KUEUE, plural, name)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def _until_none(present: Callable[[], Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while present():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Kueue objects still present after {timeout:.0f}s")
+        time.sleep(1.0)
 
 
 def _drop_pod_affinity(lws: dict[str, Any]) -> None:
@@ -192,12 +227,13 @@ def queue_to_kueue(lws: dict[str, Any], queue: str) -> None:
     whole group (leader and workers in one PodSet group); Kueue's admission replaces the pod affinity."""
     lws["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = queue
     _drop_pod_affinity(lws)
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    annotations = {KUEUE_REQUIRED_TOPOLOGY: fleets.LABEL_CLIQUE}
+    if "leaderTemplate" in templates:  # two PodSets (leader, workers): one group, so one domain for both
+        annotations[KUEUE_PODSET_GROUP] = "group"
     for template in ("leaderTemplate", "workerTemplate"):
-        if template in lws["spec"]["leaderWorkerTemplate"]:
-            meta = lws["spec"]["leaderWorkerTemplate"][template].setdefault("metadata", {})
-            meta.setdefault("annotations", {}).update(
-                {KUEUE_REQUIRED_TOPOLOGY: fleets.LABEL_CLIQUE, KUEUE_PODSET_GROUP: "group"}
-            )
+        if template in templates:
+            templates[template].setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
 
 def kueue_objects(name: str, namespace: str) -> list[tuple[str, dict[str, Any]]]:

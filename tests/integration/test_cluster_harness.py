@@ -9,7 +9,6 @@ trays.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import ipaddress
 import json
@@ -569,7 +568,4 @@ def test_kueue_admits_an_lws_group_into_one_clique_and_holds_back_one_no_clique_
         assert toobig and not any(p.spec.node_name for p in toobig)  # held back by Kueue: gated, never bound
         assert all(p.spec.scheduling_gates for p in toobig)
     finally:
-        for plural, body in reversed(objects):
-            if plural != "localqueues":
-                with contextlib.suppress(ApiException):
-                    custom.delete_cluster_custom_object(*compare_placement.KUEUE, plural, body["metadata"]["name"])
+        compare_placement.remove_kueue_objects(api_client, racks.name, kueue_namespace)
