@@ -101,7 +101,7 @@ demo-down: ## stop the demo's operator, simulated vLLM and Prometheus (recorded 
 	@$(PY) -m localdemo down
 
 .PHONY: compare-placement
-compare-placement: setup cluster-up ## nvlfleet vs LWS exclusive topology vs plain pod affinity, same workload, real cluster
+compare-placement: setup cluster-up ## nvlfleet vs LWS exclusive topology vs pod affinity vs Kueue TAS, same workload, real cluster
 	$(PY) bench/compare_placement.py $(COMPARE_ARGS)
 
 .PHONY: bench

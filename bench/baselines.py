@@ -6,10 +6,14 @@ the docs use it, to show the difference in numbers. Three engines place one work
 node with the same yardstick (``Outcome``):
 
 * **nvlfleet**: ``planner.plan``; groups it cannot place are not created, so nothing is left Pending.
-* **LWS exclusive topology** (``leaderworkerset.sigs.k8s.io/exclusive-topology: <domain label>``): every group
-  needs a domain no other group uses (the annotation adds anti-affinity against every other group). Modelled
-  in its *best* case: each group gets the domain with the fewest usable free nodes that still fits it, which
-  the real scheduler does not promise. A group that finds no domain leaves all its pods Pending.
+* **LWS exclusive topology** (``leaderworkerset.sigs.k8s.io/exclusive-topology: <domain label>``), annotated
+  as a user would: on the LeaderWorkerSets of multi-node groups only (a single-node group has nothing to keep
+  together). An annotated group needs a domain no other group's pods use (the annotation adds anti-affinity
+  against every pod of another group); an un-annotated single-node group may share a domain with other
+  un-annotated ones, but not enter a domain an annotated group holds (that group's anti-affinity keeps it out).
+  Modelled in its *best* case, which the real scheduler does not promise: each annotated group gets the domain
+  with the fewest usable free nodes that still fits it, and single-node groups pack onto domains other
+  single-node groups already use before opening a new one. A group that finds no domain leaves its pods Pending.
 * **Plain pod affinity** (required affinity to the group's leader on the domain label, no planner): pods are
   scheduled one by one, first fit: the leader takes the first usable free node in (domain, node) order
   wherever that is; each worker takes the first usable free node in the leader's domain, or stays Pending.
@@ -26,7 +30,8 @@ Yardstick, per engine:
 * ``gpus_stranded``: GPUs on nodes the workload can use but gets nothing from, in two kinds:
   (a) nodes held by pods of waiting groups, and
   (b) free nodes that no further group of the workload could be placed on under the engine's rules: every free
-  node of a domain that already hosts a group under exclusive topology; under every engine, free nodes of a
+  node of a domain that already hosts an annotated group under exclusive topology, and, for multi-node demands,
+  of a domain that hosts single-node groups there; under every engine, free nodes of a
   domain where, for every demand that may use them, the domain's free usable nodes are fewer than the
   demand's nodes per group.
   Free nodes that could still take a group are not stranded, whether or not more groups are waiting, and
@@ -81,12 +86,17 @@ def nvlfleet(inv: inventory.Inventory, workload: Sequence[planner.Demand]) -> Ou
 
 
 def lws_exclusive(inv: inventory.Inventory, workload: Sequence[planner.Demand]) -> Outcome:
-    """LeaderWorkerSet exclusive topology in its best case: one group per domain, best-fit domain choice."""
+    """LeaderWorkerSet exclusive topology on multi-node groups, in its best case; see the module docstring."""
     fleet = _Fleet(inv, workload)
     for d in _ordered(workload):
         for _ in range(d.groups):
+            if d.nodes_per_group == 1:
+                _single_beside_exclusive(fleet, d)
+                continue
             fits = [
-                k for k in fleet.keys(d) if k not in fleet.exclusive and fleet.free_count(d, k) >= d.nodes_per_group
+                k
+                for k in fleet.keys(d)
+                if k not in fleet.exclusive and k not in fleet.shared and fleet.free_count(d, k) >= d.nodes_per_group
             ]
             if not fits:
                 fleet.pending += d.nodes_per_group
@@ -97,6 +107,18 @@ def lws_exclusive(inv: inventory.Inventory, workload: Sequence[planner.Demand]) 
                 (d, [n for n in (fleet.take(d, key) for _ in range(d.nodes_per_group)) if n is not None])
             )
     return fleet.outcome("lws-exclusive-topology")
+
+
+def _single_beside_exclusive(fleet: _Fleet, d: planner.Demand) -> None:
+    """An un-annotated single-node group: outside every exclusive domain, packed onto shared ones first."""
+    fits = [k for k in fleet.keys(d) if k not in fleet.exclusive and fleet.free_count(d, k) > 0]
+    if not fits:
+        fleet.pending += 1
+        return
+    key = min(fits, key=lambda k: (k not in fleet.shared, fleet.free_count(d, k), k))
+    fleet.shared.add(key)
+    node = fleet.take(d, key)
+    fleet.bound.append((d, [node] if node is not None else []))
 
 
 def pod_affinity(
@@ -154,7 +176,8 @@ class _Fleet:
                 for n in inv.nodes
                 if n.name in self.domain_of and inventory.usable(n, d.requirements, inv.domain_label)
             }
-        self.exclusive: set[str] = set()
+        self.exclusive: set[str] = set()  # domains an exclusive-topology group holds
+        self.shared: set[str] = set()  # domains un-annotated groups use under exclusive topology
         self.bound: list[tuple[planner.Demand, list[inventory.Node]]] = []
         self.pending = 0
 
@@ -173,6 +196,12 @@ class _Fleet:
                 return free.pop(i)
         return None
 
+    def _closed(self, d: planner.Demand, key: str) -> bool:
+        """No further group of ``d`` can go to domain ``key`` under the engine's rules."""
+        if key in self.exclusive or (key in self.shared and d.nodes_per_group > 1):
+            return True
+        return self.free_count(d, key) < d.nodes_per_group
+
     def outcome(self, engine: str) -> Outcome:
         placed = split = waiting = gpus_placed = stranded = 0
         for d, nodes in self.bound:
@@ -188,7 +217,7 @@ class _Fleet:
         for key, free in self.free.items():
             for node in free:
                 users = [d for d in self.workload if node.name in self.usable[d]]
-                if users and all(key in self.exclusive or self.free_count(d, key) < d.nodes_per_group for d in users):
+                if users and all(self._closed(d, key) for d in users):
                     stranded += node.gpus
         return Outcome(
             engine=engine,

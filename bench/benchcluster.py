@@ -122,6 +122,29 @@ class BenchCluster:
             time.sleep(0.2)
         raise TimeoutError(f"CRD {CRD_NAME} not Established after 60s")
 
+    # -- Kueue, on demand (the placement comparison's topology-aware-scheduling baseline) ----------------------
+
+    def kueue(self) -> int:
+        """Kueue installed and running on this cluster (``localcluster.kueue``); its manager's PID."""
+        from localcluster import cluster, kueue
+
+        with self._environment():
+            running, _ = cluster.status()
+            assert running is not None, "the bench cluster is not up"
+            return kueue.ensure_running(running.layout, progress=lambda m: self.say(f"  localcluster: {m}"))
+
+    def stop_kueue(self) -> bool:
+        from localcluster import cluster, kueue
+
+        with self._environment():
+            running, _ = cluster.status()
+            return kueue.stop(self.root, running.layout if running else None)
+
+    @property
+    def admin_kubeconfig(self) -> pathlib.Path:
+        assert self.kubeconfig is not None, "the bench cluster is not up"
+        return self.kubeconfig
+
     @property
     def admin(self) -> client.ApiClient:
         assert self.api is not None, "the bench cluster is not up"
@@ -204,11 +227,14 @@ class BenchCluster:
                     released += 1
         return released
 
-    def fleet(self, racks: int, gpu: str = "GB200", name: str = "bench", workers: int = 8) -> list[dict[str, Any]]:
-        """``racks`` kwok NVLink domains, created concurrently (a thousand nodes one by one take a minute)."""
+    def fleet(
+        self, racks: int, gpu: str = "GB200", name: str = "bench", workers: int = 8, first_slot: int = 0
+    ) -> list[dict[str, Any]]:
+        """``racks`` kwok NVLink domains, created concurrently (a thousand nodes one by one take a minute); a second
+        fleet passes the first loopback network slot after the first fleet's (one per node)."""
         from localcluster import fleet
 
-        nodes = fleet.fleet_nodes(gpu, racks, fleet=name)
+        nodes = fleet.fleet_nodes(gpu, racks, fleet=name, first_slot=first_slot)
         core = client.CoreV1Api(self.admin)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda node: _create(core.create_node, node), nodes))

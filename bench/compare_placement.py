@@ -1,25 +1,34 @@
-"""``make compare-placement``: the same workload on the same fleet, placed three ways, in the real local cluster.
+"""``make compare-placement``: the same workload on the same fleet, placed four ways, in a real local cluster.
 
 Engines, each on its own identical kwok fleet and namespace so they cannot disturb each other:
 
 * **nvlfleet** — ``nvlfleet run`` reconciles a DeepSeekServing; its planner pins each LeaderWorkerSet to one
   NVLink domain and creates no LeaderWorkerSet replica for a group it cannot place.
 * **LWS exclusive topology** — the same LeaderWorkerSets rendered unpinned, with LWS's own
-  ``leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique`` annotation: LWS keeps each group in
+  ``leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique`` annotation on those whose groups span
+  several trays (as a user would set it: a one-tray group has nothing to keep together): LWS keeps each group in
   one domain and every other group out of it.
 * **plain pod affinity** — the same LeaderWorkerSets rendered unpinned as ``nvlfleet render`` does without
   ``--nodes``: workers follow their leader's domain by required pod affinity; the scheduler picks the domain.
+* **Kueue topology-aware scheduling** (Kueue v0.17.0, ``localcluster.kueue``, started on demand) — the same
+  unpinned LeaderWorkerSets without the pod affinity, queued to a LocalQueue whose ClusterQueue has one
+  ResourceFlavor on this fleet with a Topology of two levels (the clique label, then the hostname); leader and
+  worker templates carry ``kueue.x-k8s.io/podset-required-topology: nvidia.com/gpu.clique`` and one
+  ``kueue.x-k8s.io/podset-group-name``, so Kueue admits a group only where all its pods fit in one domain and
+  holds the others' pods gated. The quota is larger than the fleet: topology is the only limit.
 
 In every case kube-scheduler binds the pods and kwok runs them. Once nothing has moved for a while the pods are
 read back and scored per group: **running** (all pods bound, one domain), **split** (all bound, several domains),
-**waiting** (some bound, some Pending: holds nodes, cannot start), **pods Pending**, GPUs serving, and GPUs
-**stranded**: GPUs held by waiting groups, plus free GPUs the engine can no longer use for this workload (a
-domain already holding a group under exclusive topology; a domain with fewer free nodes than the smallest group).
-The pure model of the same comparison (``bench/baselines.py``) is printed under the table for reference; the
-real scheduler's scoring differs from the model's first-fit, so the pod-affinity row can differ from it.
+**waiting** (some bound, some Pending: holds nodes, cannot start), **pods Pending** (gated ones included), GPUs
+serving, and GPUs **stranded**: GPUs held by waiting groups, plus free GPUs the engine can no longer use for this
+workload (a domain already holding a group under exclusive topology; a domain with fewer free nodes than the
+smallest group). The pure model of the same comparison (``bench/baselines.py``) is printed under the table for
+reference; the real scheduler's scoring differs from the model's first fit, so the pod-affinity row can differ.
 
-Needs the running local cluster (``make cluster-up``). Stops its operator by PID and deletes its namespaces and
-fleets at the end (``--keep`` leaves them for inspection).
+``measure`` is what ``make bench`` calls on its own cluster (figure 3, the headline placement rows); ``main`` runs
+it on the local cluster (``make cluster-up``). Either stops its operators by PID and deletes its namespaces,
+fleets and Kueue objects at the end (``--keep`` leaves them for inspection). An engine that cannot be measured
+(Kueue not built, say) is reported as such, never as a number.
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +62,18 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 GROUP_LABELS = ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index")
-ENGINES = ("nvlfleet", "lws-exclusive-topology", "pod-affinity")
+ENGINES = ("nvlfleet", "lws-exclusive-topology", "pod-affinity", "kueue-tas")
+LABELS = {
+    "nvlfleet": "nvlfleet",
+    "lws-exclusive-topology": "LWS exclusive topology, multi-tray groups",
+    "pod-affinity": "plain pod affinity",
+    "kueue-tas": "Kueue TAS, required clique",
+}
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
 SIZES = {"decode": 4, "prefill": 2}  # trays per group of each role in the workload below
 
@@ -73,6 +95,7 @@ def workload(name: str, fleet: str, decode_groups: int, prefill_groups: int) -> 
             # No IMEX driver runs locally and a ComputeDomain does not change where pods go: leave it out for all.
             "placement": {"computeDomain": False},
             "monitoring": {"scrape": False},
+            "router": {"enabled": False},  # its pod needs no GPU and is no group: leave it out for all
             "pod": {"nodeSelector": {fleets.LABEL_FLEET: fleet}},
         },
     }
@@ -95,7 +118,18 @@ class Run:
 
     def prepare(self) -> None:
         fleets.apply_fleet(self.api, self.racks, "GB200", fleet=self.name)
-        self.core.create_namespace({"metadata": {"name": self.namespace}})
+        labels = {}
+        if self.engine == "kueue-tas":
+            from localcluster import kueue
+
+            labels = dict([kueue.MANAGED_LABEL])
+        self.core.create_namespace({"metadata": {"name": self.namespace, "labels": labels}})
+        if self.engine == "kueue-tas":
+            for plural, body in kueue_objects(self.name, self.namespace):
+                if plural == "localqueues":
+                    self.custom.create_namespaced_custom_object(*KUEUE, self.namespace, plural, body)
+                else:
+                    self.custom.create_cluster_custom_object(*KUEUE, plural, body)
 
     def serving(self, decode: int, prefill: int) -> dict[str, Any]:
         self.wanted = {"decode": decode, "prefill": prefill}
@@ -113,11 +147,12 @@ class Run:
         for child in render.render(parsed, None):
             if child["kind"] != "LeaderWorkerSet":
                 continue
-            if self.engine == "lws-exclusive-topology":
+            multi_tray = child["spec"]["leaderWorkerTemplate"]["size"] > 1
+            if self.engine == "lws-exclusive-topology" and multi_tray:
                 child["metadata"].setdefault("annotations", {})[EXCLUSIVE] = fleets.LABEL_CLIQUE
-                for template in ("leaderTemplate", "workerTemplate"):
-                    spec = child["spec"]["leaderWorkerTemplate"].get(template, {}).get("spec", {})
-                    spec.get("affinity", {}).pop("podAffinity", None)  # LWS injects its own (anti-)affinity
+                _drop_pod_affinity(child)  # LWS injects its own (anti-)affinity
+            if self.engine == "kueue-tas":
+                queue_to_kueue(child, self.name)
             self.custom.create_namespaced_custom_object(*LWS[:2], self.namespace, LWS[2], child)
         return None
 
@@ -136,9 +171,122 @@ class Run:
             time.sleep(1.0)
 
     def cleanup(self) -> None:
+        if self.engine == "kueue-tas":
+            remove_kueue_objects(self.api, self.name, self.namespace)
         with contextlib.suppress(ApiException):
             self.core.delete_namespace(self.namespace)
         fleets.delete_fleet(self.api, self.name)
+
+
+def remove_kueue_objects(api: client.ApiClient, name: str, namespace: str, timeout: float = 300) -> None:
+    """The LeaderWorkerSets of ``namespace``, then ``kueue_objects``, each waited for while Kueue still runs: Kueue
+    holds its queues, flavor and topology with a finalizer until no Workload uses them, and only a running Kueue
+    lets go of it (stopped first, they would stay behind, deleting, for good)."""
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(ApiException):
+        custom.delete_collection_namespaced_custom_object(*LWS[:2], namespace, LWS[2])
+    _until_none(lambda: custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"], timeout)
+    for plural, _ in reversed(kueue_objects(name, namespace)):
+        with contextlib.suppress(ApiException):
+            if plural == "localqueues":
+                custom.delete_namespaced_custom_object(*KUEUE, namespace, plural, name)
+            else:
+                custom.delete_cluster_custom_object(*KUEUE, plural, name)
+        _until_none(lambda plural=plural: _exists(custom, plural, namespace, name), timeout)  # type: ignore[misc]
+
+
+def _exists(custom: client.CustomObjectsApi, plural: str, namespace: str, name: str) -> bool:
+    try:
+        if plural == "localqueues":
+            custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name)
+        else:
+            custom.get_cluster_custom_object(*KUEUE, plural, name)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def _until_none(present: Callable[[], Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while present():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Kueue objects still present after {timeout:.0f}s")
+        time.sleep(1.0)
+
+
+def _drop_pod_affinity(lws: dict[str, Any]) -> None:
+    for template in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"].get(template, {}).get("spec", {})
+        spec.get("affinity", {}).pop("podAffinity", None)
+
+
+def queue_to_kueue(lws: dict[str, Any], queue: str) -> None:
+    """What a Kueue user writes on a LeaderWorkerSet: its LocalQueue, and one required topology domain for the
+    whole group (leader and workers in one PodSet group); Kueue's admission replaces the pod affinity."""
+    lws["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = queue
+    _drop_pod_affinity(lws)
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    annotations = {KUEUE_REQUIRED_TOPOLOGY: fleets.LABEL_CLIQUE}
+    if "leaderTemplate" in templates:  # two PodSets (leader, workers): one group, so one domain for both
+        annotations[KUEUE_PODSET_GROUP] = "group"
+    for template in ("leaderTemplate", "workerTemplate"):
+        if template in templates:
+            templates[template].setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+
+
+def kueue_objects(name: str, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    """Topology, ResourceFlavor, ClusterQueue and LocalQueue of one fleet, all named ``name``, in creation order."""
+    api_version = "/".join(KUEUE)
+    gpu = fleets.GPU_RESOURCE
+    return [
+        (
+            "topologies",
+            {
+                "apiVersion": api_version,
+                "kind": "Topology",
+                "metadata": {"name": name},
+                "spec": {"levels": [{"nodeLabel": fleets.LABEL_CLIQUE}, {"nodeLabel": HOSTNAME_LABEL}]},
+            },
+        ),
+        (
+            "resourceflavors",
+            {
+                "apiVersion": api_version,
+                "kind": "ResourceFlavor",
+                "metadata": {"name": name},
+                "spec": {"nodeLabels": {fleets.LABEL_FLEET: name}, "topologyName": name},
+            },
+        ),
+        (
+            "clusterqueues",
+            {
+                "apiVersion": api_version,
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [gpu],
+                            # more than the fleet has: only the topology limits admission
+                            "flavors": [{"name": name, "resources": [{"name": gpu, "nominalQuota": 1_000_000}]}],
+                        }
+                    ],
+                },
+            },
+        ),
+        (
+            "localqueues",
+            {
+                "apiVersion": api_version,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": name},
+            },
+        ),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -223,9 +371,9 @@ def table(rows: list[tuple[str, dict[str, int]]]) -> str:
 
 
 @contextlib.contextmanager
-def runs(api: client.ApiClient, racks: int, keep: bool) -> Iterator[list[Run]]:
+def runs(api: client.ApiClient, racks: int, keep: bool, engines: tuple[str, ...] = ENGINES) -> Iterator[list[Run]]:
     suffix = hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:5]
-    made = [Run(api, engine, suffix, racks) for engine in ENGINES]
+    made = [Run(api, engine, suffix, racks) for engine in engines]
     try:
         yield made
     finally:
@@ -234,7 +382,70 @@ def runs(api: client.ApiClient, racks: int, keep: bool) -> Iterator[list[Run]]:
                 run.cleanup()
 
 
+def measure(
+    api: client.ApiClient,
+    kubeconfig: pathlib.Path,
+    *,
+    racks: int,
+    decode: int,
+    prefill: int,
+    settle: float,
+    workdir: pathlib.Path,
+    say: Callable[[str], None],
+    keep: bool = False,
+) -> dict[str, Any]:
+    """Every engine on its own fleet of ``racks`` racks, side by side; its rows, why any engine has none, and the
+    1-minute load average when the pods were scored. Kueue must be running for its engine (``localcluster.kueue``)."""
+    rows: dict[str, dict[str, int]] = {}
+    why: dict[str, str] = {}
+    loads: list[float] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    with runs(api, racks, keep) as made:
+        operators: list[OperatorProcess] = []
+        started: list[Run] = []
+        try:
+            for run in made:
+                say(f"  {run.engine}: {racks} racks in fleet {run.name}, namespace {run.namespace}")
+                try:
+                    run.prepare()
+                    operator = run.start(run.serving(decode, prefill), kubeconfig, workdir)
+                except (ApiException, RuntimeError, OSError) as err:
+                    why[run.engine] = _reason(err)
+                    say(f"    not measured: {why[run.engine]}")
+                    continue
+                started.append(run)
+                if operator is not None:
+                    say(f"    operator PID {operator.pid}, log {operator.log}")
+                    operators.append(operator)
+            for run in started:
+                run.settle(settle, timeout=240)
+                rows[run.engine] = score(run)
+                loads.append(os.getloadavg()[0])
+        finally:
+            for operator in operators:
+                operator.stop()
+    return {
+        "racks": racks,
+        "groups": decode + prefill,
+        "decode": decode,
+        "prefill": prefill,
+        "rows": rows,
+        "why": why,
+        "load": statistics.median(loads) if loads else os.getloadavg()[0],
+    }
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        if err.status == 404:
+            return f"the API server has no such resource (HTTP 404: {err.reason}); is Kueue installed?"
+        return f"HTTP {err.status}: {err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from localcluster import kueue
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--racks", type=int, default=2, help="GB200 NVL72 racks per fleet (18 trays each)")
     parser.add_argument("--decode-groups", type=int, default=6, help="decode groups of 4 trays")
@@ -264,54 +475,57 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
         text=True,
     )
-    rows: list[tuple[str, dict[str, int]]] = []
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="nvlfleet-compare-"))
-    with runs(api, args.racks, args.keep) as made:
-        operators: list[OperatorProcess] = []
-        try:
-            for run in made:
-                say(f"{run.engine}: {args.racks} racks in fleet {run.name}, namespace {run.namespace}")
-                run.prepare()
-                operator = run.start(run.serving(args.decode_groups, args.prefill_groups), running.kubeconfig, workdir)
-                if operator is not None:
-                    say(f"  operator PID {operator.pid}, log {operator.log}")
-                    operators.append(operator)
-            for run in made:
-                run.settle(args.settle, timeout=240)
-                rows.append((run.engine, score(run)))
-        finally:
-            for operator in operators:
-                operator.stop()
+    kueue.ensure_running(running.layout, progress=lambda m: say(f"localcluster: {m}"))
+    try:
+        result = measure(
+            api,
+            running.kubeconfig,
+            racks=args.racks,
+            decode=args.decode_groups,
+            prefill=args.prefill_groups,
+            settle=args.settle,
+            workdir=workdir,
+            say=say,
+            keep=args.keep,
+        )
+    finally:
+        if not args.keep:
+            kueue.stop(running.layout.root, running.layout)
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
-    groups = args.decode_groups + args.prefill_groups
-    print(
-        f"\n{groups} groups ({args.decode_groups} decode × 4 trays, {args.prefill_groups} prefill × 2 trays) "
-        f"on {args.racks} GB200 NVL72 racks ({args.racks * 18} trays, {args.racks * 72} GPUs), "
-        "kube-scheduler + LWS + kwok:\n"
-    )
-    print(table(rows))
-    print("\nthe pure model of the same comparison (bench/baselines.py: first fit, no scheduler scoring):\n")
-    print(
-        table(
-            [
-                (
-                    o.engine,
-                    {
-                        "groups": o.groups,
-                        "running": o.groups_placed,
-                        "split": o.groups_split,
-                        "waiting": o.groups_waiting,
-                        "pending": o.pods_pending,
-                        "gpus_serving": o.gpus_placed,
-                        "gpus_stranded": o.gpus_stranded,
-                    },
-                )
-                for o in model_rows(args.racks, args.decode_groups, args.prefill_groups)
-            ]
-        )
-    )
+    print(report(result))
     return 0
+
+
+def report(result: dict[str, Any]) -> str:
+    """The comparison as text: the scheduler's table, why an engine is missing, then the model's table."""
+    racks, decode, prefill = result["racks"], result["decode"], result["prefill"]
+    out = [
+        f"\n{decode + prefill} groups ({decode} decode × 4 trays, {prefill} prefill × 2 trays) "
+        f"on {racks} GB200 NVL72 racks ({racks * 18} trays, {racks * 72} GPUs), "
+        f"kube-scheduler + LWS + Kueue + kwok (load average {result['load']:.2f}):\n",
+        table([(LABELS[e], result["rows"][e]) for e in ENGINES if e in result["rows"]]),
+    ]
+    out += [f"{LABELS[e]}: not measured: {reason}" for e, reason in result["why"].items()]
+    out.append("\nthe pure model of the same comparison (bench/baselines.py: first fit, no scheduler scoring):\n")
+    model = [
+        (
+            o.engine,
+            {
+                "groups": o.groups,
+                "running": o.groups_placed,
+                "split": o.groups_split,
+                "waiting": o.groups_waiting,
+                "pending": o.pods_pending,
+                "gpus_serving": o.gpus_placed,
+                "gpus_stranded": o.gpus_stranded,
+            },
+        )
+        for o in model_rows(racks, decode, prefill)
+    ]
+    out.append(table(model))
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

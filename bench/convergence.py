@@ -5,22 +5,32 @@ Measured on the benchmark cluster (``benchcluster``), side by side, each run in 
 * **nvlfleet**: ``nvlfleet run`` is started and idle; the clock starts at the first ``create`` of N
   DeepSeekServings and stops when every one reports ``Ready=True`` for its current generation (status).
 * **plain client** (the reference): the very same children — ``render.render`` of the same specs with the
-  placement nvlfleet chose, read from the first run's status — are server-side applied one after the other by a
-  plain ``kubernetes`` client; the clock stops when every pod of every LeaderWorkerSet is Ready. Rendering
-  happens before the clock starts: the reference is the API server's write path and the controllers behind it
-  (LWS, scheduler, kwok), nothing else.
+  placement nvlfleet chose, read from the first run's status — are server-side applied by a plain ``kubernetes``
+  client; the clock stops when every pod of every LeaderWorkerSet is Ready. Rendering happens before the clock
+  starts: the reference is the API server's write path and the controllers behind it (LWS, scheduler, kwok),
+  nothing else. It runs twice: **concurrent**, with as many servings in flight at once as the operator reconciles
+  at once (``Config.passes_at_once``, the ``--passes-at-once`` default of ``nvlfleet run``; each serving's
+  children in order, as one pass applies them), the reference the ratio is taken against; and **serial**, one
+  object after the other, kept as a second row. Its apply loop alone is timed too (``applied_seconds``).
+
+``measure`` repeats the three runs (nvlfleet, concurrent, serial) ``repeats`` times per N, each repeat's ratio
+taken against its own reference, and notes the machine's 1-minute load average after each repeat.
 
 Both sides wait on a watch (no polling interval to round up to). Between the runs the namespace is deleted and
 the benchmark waits until every pod is gone, so each run starts on an empty fleet. The servings keep the
 defaults of a DeepSeek-V4.1-Flash decode role on GB200 with two-node groups (a leader and a worker per group),
-without ComputeDomains (the local cluster runs no IMEX driver; with one, both sides would wait for it alike) and
-without scraping (figure 4 measures telemetry on its own).
+without ComputeDomains (the local cluster runs no IMEX driver; with one, both sides would wait for it alike),
+without scraping (figure 4 measures telemetry on its own) and without the router (its Deployment's pod is no
+part of "every pod of every LeaderWorkerSet Ready"; both sides would create it alike).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
+import os
+import pathlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,13 +39,18 @@ from typing import Any
 import benchcluster
 from kubernetes import client, watch
 
-from nvlfleet.api import models, names
+from nvlfleet.adapters.config import Config
+from nvlfleet.api import models
+from nvlfleet.api import names as api_names  # `names` is this module's list of serving names
 from nvlfleet.core import render
 
-GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.PLURAL
+# Servings the reference applies at once: the operator's own default for passes of different servings in flight.
+OPERATOR_CONCURRENCY = Config.passes_at_once
+
+GROUP, VERSION, PLURAL = api_names.GROUP, api_names.VERSION, api_names.PLURAL
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 FIELD_MANAGER = "bench-plain-client"
-POD_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
+POD_SELECTOR = f"{api_names.MANAGED_BY_LABEL}={api_names.MANAGED_BY}"
 WARM_UP = "warm-up"
 NODES_PER_GROUP = 2
 PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
@@ -43,8 +58,8 @@ PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
 
 def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROUP) -> dict[str, Any]:
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": api_names.API_VERSION,
+        "kind": api_names.KIND,
         "metadata": {"name": name},
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
@@ -53,6 +68,7 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
             "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes_per_group}}},
             "placement": {"computeDomain": False},
             "monitoring": {"scrape": False},
+            "router": {"enabled": False},
         },
     }
 
@@ -242,25 +258,31 @@ def run_plain_client(
     count: int,
     placements: Mapping[str, Mapping[str, Mapping[str, int]]],
     *,
+    concurrency: int = 1,
     timeout: float = 900,
 ) -> Run:
-    """The same children, server-side applied by a plain client; see the module docstring."""
+    """The same children, server-side applied by a plain client, ``concurrency`` servings at a time; see the
+    module docstring."""
     from kubernetes import config
 
     cluster.namespace(namespace)
     identity = cluster.identity("plain-client")
-    api = config.new_client_from_config(config_file=str(identity))
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(identity), client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(4, concurrency)  # one connection per serving in flight
+    api = client.ApiClient(configuration)
     if any(not placements.get(name) for name in names(count)):
         # nvlfleet did not place them all (its run was cut short): the planner places the whole batch instead.
         placements = plan(cluster.admin, namespace, [serving(name) for name in names(count)])
-    children = []
+    per_serving = []
     for name in names(count):
         body = serving(name)
         body["metadata"]["namespace"] = namespace
         parsed = models.DeepSeekServing.model_validate(body)
-        children += render.render(parsed, {r: dict(d) for r, d in placements[name].items()})
+        per_serving.append(render.render(parsed, {r: dict(d) for r, d in placements[name].items()}))
     expected_pods = sum(
         child["spec"]["replicas"] * child["spec"]["leaderWorkerTemplate"]["size"]
+        for children in per_serving
         for child in children
         if child["kind"] == "LeaderWorkerSet"
     )
@@ -273,8 +295,14 @@ def run_plain_client(
     try:
         before = cluster.requests().get("plain-client-writes", 0.0)
         started = time.monotonic()
-        for child in children:
-            server_side_apply(api, child)
+        if concurrency <= 1:
+            for children in per_serving:
+                for child in children:
+                    server_side_apply(api, child)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="plain-client") as pool:
+                # list(): the first failed apply raises here, as it would in the serial loop
+                list(pool.map(lambda children: [server_side_apply(api, c) for c in children], per_serving))
         applied = time.monotonic()
         done = watcher.wait(timeout)
         writes = cluster.requests().get("plain-client-writes", 0.0) - before
@@ -300,13 +328,67 @@ def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) ->
 
 
 def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> None:
+    """One server-side apply of any child kind nvlfleet renders (its REST path from ``names.CHILD_KINDS``)."""
+    kind = next((k for k in api_names.CHILD_KINDS if (k.api_version, k.kind) == (obj["apiVersion"], obj["kind"])), None)
+    if kind is None:
+        raise ValueError(f"the plain client does not apply {obj['apiVersion']} {obj['kind']}")
     meta = obj["metadata"]
-    options = {"field_manager": field_manager, "force": True, "_content_type": "application/apply-patch+yaml"}
-    if obj["kind"] == "Service":
-        client.CoreV1Api(api).patch_namespaced_service(meta["name"], meta["namespace"], dict(obj), **options)
-    elif obj["kind"] == "LeaderWorkerSet":
-        client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            *LWS[:2], meta["namespace"], LWS[2], meta["name"], dict(obj), **options
+    api.call_api(
+        *api.param_serialize(
+            "PATCH",
+            kind.path(meta.get("namespace"), meta["name"]),
+            query_params=[("fieldManager", field_manager), ("force", "true")],
+            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+            body=dict(obj),
+            auth_settings=["BearerToken"],
         )
-    else:
-        raise ValueError(f"the plain client does not apply {obj['kind']}")
+    ).read()
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+    """One repeat at one N: nvlfleet, then the concurrent reference, then the serial one, on a free fleet each."""
+
+    nvlfleet: Run
+    concurrent: Run
+    serial: Run
+    load: float  # 1-minute load average at the end of the repeat
+
+    @property
+    def ratio(self) -> float | None:
+        return self.nvlfleet.seconds / self.concurrent.seconds if self.concurrent.seconds else None
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.nvlfleet.seconds - self.concurrent.seconds
+
+
+def measure(
+    cluster: benchcluster.BenchCluster,
+    count: int,
+    repeats: int,
+    *,
+    cap: float,
+    log_dir: pathlib.Path,
+    say: Callable[[str], None],
+    profile: Callable[[int], Any] | None = None,
+) -> list[Repeat]:
+    """``repeats`` repeats at N = ``count``; the profile (if any) records the first repeat's operator only."""
+    out = []
+    for i in range(repeats):
+        tag = f"{count}-{i + 1}"
+        say(f"    N={count}, repeat {i + 1}/{repeats}: nvlfleet (cap {cap:.0f} s)")
+        op = run_operator(
+            cluster, f"conv-nvlfleet-{tag}", count, log_dir=log_dir, timeout=cap, profile=profile if i == 0 else None
+        )
+        say(f"      {op.seconds:.1f} s{' (cut short)' if op.timed_out else ''}; cleaning up")
+        cluster.delete_namespace(f"conv-nvlfleet-{tag}")
+        runs = {}
+        for kind, concurrency in (("concurrent", OPERATOR_CONCURRENCY), ("serial", 1)):
+            say(f"    N={count}, repeat {i + 1}/{repeats}: plain client, {kind} ({concurrency} at once)")
+            namespace = f"conv-{kind[:6]}-{tag}"
+            runs[kind] = run_plain_client(cluster, namespace, count, op.placements, concurrency=concurrency)
+            say(f"      {runs[kind].seconds:.1f} s (apply loop {runs[kind].applied_seconds:.1f} s); cleaning up")
+            cluster.delete_namespace(namespace)
+        out.append(Repeat(op, runs["concurrent"], runs["serial"], os.getloadavg()[0]))
+    return out

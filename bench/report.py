@@ -2,14 +2,18 @@
 
 Pure (no clock, no I/O): ``bench/run.py`` measures, this module only formats. One ``Row`` per measured
 quantity: nvlfleet's value next to the reference measured in the same run (a plain client, a baseline
-placement engine, the scrape interval), the ratio of the two, and the goal it is held to. The machine-readable
-summary (one ``name: value`` line per figure) closes both the terminal output and ``docs/benchmarks.md``.
+placement engine, the scrape interval), the ratio of the two, the goal it is held to, and the machine's 1-minute
+load average when it was measured. A figure measured several times shows its median with the min–max beside it
+(``Spread``); its ratio is then the median of the per-repeat ratios, each repeat paired with its own reference.
+The machine-readable summary (one ``name: value`` line per figure) closes both the terminal output and
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -34,6 +38,27 @@ class Goal:
 
 
 @dataclasses.dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: shown as the median with the min–max beside it."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+    def text(self, unit: str = "") -> str:
+        if len(self.values) < 2:
+            return ""
+        return f"({number(min(self.values))}–{number(max(self.values))}{unit})"
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    """The measured values among ``values`` (a repeat that measured nothing is left out)."""
+    return Spread(tuple(v for v in values if v is not None and not math.isnan(v)))
+
+
+@dataclasses.dataclass(frozen=True)
 class Row:
     """One measured quantity of one figure; ``reference`` was measured in the same run as ``value``."""
 
@@ -45,9 +70,17 @@ class Row:
     reference_label: str = ""
     goal: Goal | None = None
     at_least: bool = False  # the run was cut short: the value (and the ratio) is a lower bound
+    load: float | None = None  # 1-minute load average when this was measured (median over repeats)
+    # Repeated: the value and the reference are medians of these; the ratio is the median of ``ratios``.
+    value_spread: Spread | None = None
+    reference_spread: Spread | None = None
+    ratios: Spread | None = None
+    why_missing: str = ""  # what kept ``value`` from being measured, said instead of a number
 
     @property
     def ratio(self) -> float | None:
+        if self.ratios is not None:
+            return self.ratios.median
         return ratio(self.value, self.reference)
 
     @property
@@ -73,24 +106,34 @@ def number(value: float | None) -> str:
     return f"{value:.{digits}f}"
 
 
-_HEAD = ("figure", "measure", "nvlfleet", "reference", "ratio", "goal", "")
+_HEAD = ("figure", "measure", "nvlfleet", "reference", "ratio", "goal", "", "load")
+
+
+def _with_spread(text: str, spread: Spread | None, unit: str = "") -> str:
+    extra = spread.text(unit) if spread is not None else ""
+    return f"{text} {extra}" if extra else text
 
 
 def _cells(row: Row) -> tuple[str, ...]:
     unit = f" {row.unit}" if row.unit else ""
     bound = "≥ " if row.at_least else ""
-    value = bound + number(row.value) + (unit if row.value is not None else "")
+    if row.value is None and row.why_missing:
+        value = f"null ({row.why_missing})"
+    else:
+        value = _with_spread(bound + number(row.value) + (unit if row.value is not None else ""), row.value_spread)
     if row.reference is None:
         reference = row.reference_label or ""
     else:
-        reference = f"{number(row.reference)}{unit}" + (f" ({row.reference_label})" if row.reference_label else "")
-    ratio_text = f"{bound}{number(row.ratio)}×" if row.ratio is not None else ""
+        reference = _with_spread(f"{number(row.reference)}{unit}", row.reference_spread)
+        reference += f" ({row.reference_label})" if row.reference_label else ""
+    ratio_text = _with_spread(f"{bound}{number(row.ratio)}×", row.ratios, "×") if row.ratio is not None else ""
     goal = row.goal.text(row.unit) if row.goal else ""
     met = row.met
     if row.at_least and met and row.goal and row.goal.at_most:
         met = None  # a lower bound under an upper limit proves nothing
     mark = {True: "ok", False: "MISSED", None: ""}[met] if row.goal else ""
-    return (row.figure, row.measure, value, reference, ratio_text, goal, mark)
+    load = f"{row.load:.2f}" if row.load is not None else ""
+    return (row.figure, row.measure, value, reference, ratio_text, goal, mark, load)
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -148,8 +191,9 @@ def document(
         "Each row puts nvlfleet next to a reference measured in the same run, on the same machine. That does not",
         "make a ratio immune to load: the operator is a CPU-bound Python process while the plain client's side is",
         "bound by the control plane, so a busy machine slows nvlfleet more (the load averages below say how busy",
-        "this run's machine was). How each figure is measured is written in `bench/` (one module per figure, its",
-        "docstring says what is timed and against what).",
+        "this run's machine was; the last column is the 1-minute load average when each row was measured). A",
+        "figure measured several times shows its median with the min–max in brackets. How each figure is measured",
+        "is written in `bench/` (one module per figure, its docstring says what is timed and against what).",
         "",
         "Command:",
         "",

@@ -4,17 +4,22 @@
 
 Figures, one module each (their docstrings say exactly what is timed and against what):
 
-1. ``convergence``  — N servings through nvlfleet ÷ the same children applied by a plain client (N = 50, 200).
+1. ``convergence``  — N servings through nvlfleet ÷ the same children applied by a plain client with the
+   operator's concurrency (N = 50, 200, 1,000; 3 repeats each, median and min–max; the serial client beside).
 2. ``steadystate``  — operator RSS, CPU and writes per minute with 1,000 servings and their pods, idle.
-3. ``placement``    — planner time for 1,000 groups on 100 racks; quality next to LWS and pod affinity.
+3. ``placement``    — planner time for 1,000 groups on 100 racks and 10,000 groups on 1,000 racks; placement
+   quality on the real scheduler (``compare_placement``: nvlfleet, LWS exclusive topology, plain pod affinity,
+   Kueue topology-aware scheduling), and the offline model of it (``placement``/``baselines``, rows "model").
 4. ``scrapecost``   — scraping 1,000 simulated vLLM leaders every 15 s: CPU cores, gauge staleness.
 
-Figures 3 and 4 need no cluster and run first. Figures 1 and 2 run on a separate local cluster started for the
-run (``NVLFLEET_BENCH_CLUSTER_DIR``, default .bench/cluster) so the shared one is neither used nor disturbed;
-it is stopped by its PIDs at the end (``--keep-cluster`` leaves it up). Logs, profiles and raw results go to
-.bench/. The output ends with one ``name: value`` line per figure. ``--quick`` measures smaller sizes with
-shorter windows (the sizes are in the metric names); ``--profile`` records the operator with py-spy during the
-largest convergence run and during the steady state's start-up, and prints their hottest frames.
+The planner, the model and figure 4 need no cluster and run first. The scheduler comparison, figures 1 and 2 run
+on a separate local cluster started for the run (``NVLFLEET_BENCH_CLUSTER_DIR``, default .bench/cluster) so the
+shared one is neither used nor disturbed; Kueue is started on it for the comparison only, and the cluster is
+stopped by its PIDs at the end (``--keep-cluster`` leaves it up). Every row carries the 1-minute load average
+when it was measured; a figure that could not be measured prints null and the notes say why. Logs, profiles and
+raw results go to .bench/. The output ends with one ``name: value`` line per figure. ``--quick`` measures
+smaller sizes with shorter windows (the sizes are in the metric names); ``--profile`` records the operator with
+py-spy during the largest convergence run and during the steady state's start-up, and prints their hottest frames.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from collections.abc import Callable
 from typing import Any
 
 import benchcluster
+import figurerows
 import machine
 import profiler
 import report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+CONVERGENCE_FLEET = "bench-conv"
 
 WORK = REPO / ".bench"
 
@@ -50,8 +57,15 @@ class Sizes:
     steady_startup_cap: float
     telemetry_targets: int
     telemetry_rounds: int
+    convergence_repeats: int = 3
     planner_racks: int = 100
     planner_servings: int = 50  # 20 groups each: 1,000 groups
+    planner_scale_racks: int = 1000
+    planner_scale_servings: int = 500  # 10,000 groups: a 72,000-GPU estate
+    # The placement comparison on the real scheduler (compare_placement): racks per engine, groups of each role.
+    compare_racks: int = 2
+    compare_decode: int = 6
+    compare_prefill: int = 6
 
     @property
     def racks(self) -> int:
@@ -60,8 +74,8 @@ class Sizes:
 
 
 FULL = Sizes(
-    convergence=(50, 200),
-    convergence_caps=(600, 900),
+    convergence=(50, 200, 1000),
+    convergence_caps=(600, 900, 2400),
     steady_servings=1000,
     steady_window=75,
     steady_startup_cap=480,
@@ -69,13 +83,16 @@ FULL = Sizes(
     telemetry_rounds=4,
 )
 QUICK = Sizes(
-    convergence=(20, 50),
-    convergence_caps=(300, 600),
+    convergence=(10, 20),
+    convergence_caps=(300, 300),
     steady_servings=200,
     steady_window=65,
     steady_startup_cap=300,
     telemetry_targets=1000,
     telemetry_rounds=2,
+    convergence_repeats=2,
+    planner_scale_racks=200,
+    planner_scale_servings=100,
 )
 
 
@@ -89,8 +106,14 @@ class Bench:
         self.notes: list[str] = []
         self.raw: dict[str, Any] = {}
         self.cluster: benchcluster.BenchCluster | None = None
+        self.attach = False  # --attach: reuse a kept cluster instead of starting a fresh one
         self.logs = WORK / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
+
+    def take(self, out: figurerows.Out) -> None:
+        self.rows += out.rows
+        self.summary.update(out.summary)
+        self.notes += out.notes
 
     def say(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -100,11 +123,17 @@ class Bench:
             return
         self.say(f"==> figure {number}: {title}")
         started = time.monotonic()
+        before = len(self.rows)
         try:
             body()
         except Exception as err:  # one broken figure must not cost the others; the table says what is missing
             traceback.print_exc()
             self.notes.append(f"figure {number} ({title}) failed: {type(err).__name__}: {err}")
+        # Rows that did not note the load they were measured under get the load as the figure ends.
+        load = machine.load_average()
+        self.rows[before:] = [
+            r if r.load is not None else dataclasses.replace(r, load=load) for r in self.rows[before:]
+        ]
         self.say(f"    figure {number} took {time.monotonic() - started:.0f} s")
 
     # -- figure 3 -------------------------------------------------------------------------------------------
@@ -113,38 +142,54 @@ class Bench:
         import placement
 
         s = self.sizes
-        r = placement.measure(racks=s.planner_racks, servings=s.planner_servings)
-        self.raw["placement"] = dataclasses.asdict(r)
         f = "3 placement"
-        what = f"{r.groups:,} groups / {r.racks} racks"
-        self.rows.append(
-            report.Row(f, f"plan {what} (median of {placement.REPEATS})", "ms", r.plan_ms_median, goal=_at_most(50))
-        )
-        for label, other in (("LWS exclusive", r.lws_exclusive), ("pod affinity", r.pod_affinity)):
+        for racks, servings, repeats, goal in (
+            (s.planner_racks, s.planner_servings, placement.REPEATS, 50.0),
+            (s.planner_scale_racks, s.planner_scale_servings, placement.SCALE_REPEATS, 100.0),
+        ):
+            t = placement.time_plan(racks, servings, repeats)
+            self.raw[f"planner_{t.groups}_groups"] = dataclasses.asdict(t)
+            runs = report.spread(t.runs_ms)
             self.rows.append(
-                report.Row(f, "groups placed in one rack", "", r.nvlfleet.groups_placed, other.groups_placed, label)
+                report.Row(
+                    f,
+                    f"plan {t.groups:,} groups / {t.racks:,} racks (median of {repeats})",
+                    "ms",
+                    runs.median,
+                    goal=_at_most(goal),
+                    value_spread=runs,
+                    load=t.load,
+                )
             )
-        self.rows.append(
-            report.Row(
-                f,
-                "groups split across racks",
-                "",
-                r.nvlfleet.groups_split,
-                r.pod_affinity_preferred.groups_split,
-                "preferred pod affinity",
-                _at_most(0, on="value"),
-            )
-        )
-        for label, other in (("LWS exclusive", r.lws_exclusive), ("pod affinity", r.pod_affinity)):
-            self.rows.append(report.Row(f, "GPUs stranded", "", r.nvlfleet.gpus_stranded, other.gpus_stranded, label))
-        self.summary[f"planner_ms_{r.groups}_groups"] = round(r.plan_ms_median, 2)
-        self.summary["stranded_gpus_nvlfleet"] = r.nvlfleet.gpus_stranded
-        self.summary["stranded_gpus_lws_exclusive"] = r.lws_exclusive.gpus_stranded
-        self.summary["stranded_gpus_pod_affinity"] = r.pod_affinity.gpus_stranded
-        self.summary["split_groups_nvlfleet"] = r.nvlfleet.groups_split
-        self.summary["split_groups_pod_affinity_preferred"] = r.pod_affinity_preferred.groups_split
+            self.summary[f"planner_ms_{t.groups}_groups"] = _round(runs.median, 2)
+        r = placement.model(racks=s.planner_racks, servings=s.planner_servings)
+        self.raw["placement_model"] = dataclasses.asdict(r)
+        self.take(figurerows.placement_model_rows(r, machine.load_average()))
 
-    # -- figure 4 -------------------------------------------------------------------------------------------
+    def placement_scheduler(self) -> None:
+        """``make compare-placement`` on the benchmark cluster: the headline placement rows."""
+        import compare_placement
+
+        cluster = self.bench_cluster()
+        s = self.sizes
+        self.say("    starting Kueue (on demand) for its topology-aware-scheduling baseline")
+        kueue_pid = cluster.kueue()
+        self.say(f"      kueue-manager PID {kueue_pid}")
+        try:
+            result = compare_placement.measure(
+                cluster.admin,
+                cluster.admin_kubeconfig,
+                racks=s.compare_racks,
+                decode=s.compare_decode,
+                prefill=s.compare_prefill,
+                settle=15.0,
+                workdir=WORK / "compare-placement",
+                say=self.say,
+            )
+        finally:
+            cluster.stop_kueue()
+        self.raw["placement_scheduler"] = result
+        self.take(figurerows.placement_scheduler_rows(result))
 
     def telemetry(self) -> None:
         import scrapecost
@@ -182,6 +227,9 @@ class Bench:
     # -- the cluster figures --------------------------------------------------------------------------------
 
     def bench_cluster(self) -> benchcluster.BenchCluster:
+        if self.cluster is None and self.attach:
+            self.say(f"    attaching to the benchmark cluster in {benchcluster.cluster_dir()} (and its fleet)")
+            self.cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=self.say).attach()
         if self.cluster is None:
             self.say(f"    starting the benchmark cluster in {benchcluster.cluster_dir()}")
             self.cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=self.say).up()
@@ -201,58 +249,39 @@ class Bench:
         import convergence
 
         cluster = self.bench_cluster()
-        f = "1 convergence"
-        for count, cap in zip(self.sizes.convergence, self.sizes.convergence_caps, strict=True):
-            largest = count == max(self.sizes.convergence)
-            prof = None
-            if self.profile and largest:
-                out = WORK / f"profile-operator-n{count}.txt"
-                prof = lambda pid, out=out: profiler.PySpy(pid, out)  # noqa: E731
-            self.say(f"    N={count}: nvlfleet (cap {cap:.0f} s)")
-            op = convergence.run_operator(
-                cluster, f"conv-nvlfleet-{count}", count, log_dir=self.logs, timeout=cap, profile=prof
-            )
-            self.say(f"      {op.seconds:.1f} s{' (cut short)' if op.timed_out else ''}; cleaning up")
-            cluster.delete_namespace(f"conv-nvlfleet-{count}")
-            self.say(f"    N={count}: plain client")
-            base = convergence.run_plain_client(cluster, f"conv-plain-{count}", count, op.placements)
-            self.say(f"      {base.seconds:.1f} s; cleaning up")
-            cluster.delete_namespace(f"conv-plain-{count}")
-            self.raw[f"convergence_n{count}"] = {"nvlfleet": dataclasses.asdict(op), "plain": dataclasses.asdict(base)}
-            self.rows.append(
-                report.Row(
-                    f,
-                    f"N={count}: create → every serving Ready",
-                    "s",
-                    op.seconds,
-                    base.seconds,
-                    "plain SSA client → pods Ready",
-                    _at_most(1.25, on="ratio"),
-                    at_least=op.timed_out,
+        s = self.sizes
+        extra = self.convergence_fleet(cluster)
+        try:
+            for count, cap in zip(s.convergence, s.convergence_caps, strict=True):
+                prof = None
+                if self.profile and count == max(s.convergence):
+                    out = WORK / f"profile-operator-n{count}.txt"
+                    prof = lambda pid, out=out: profiler.PySpy(pid, out)  # noqa: E731
+                repeats = convergence.measure(
+                    cluster, count, s.convergence_repeats, cap=cap, log_dir=self.logs, say=self.say, profile=prof
                 )
-            )
-            self.rows.append(
-                report.Row(
-                    f,
-                    f"N={count}: create → every pod Ready",
-                    "s",
-                    op.pods_seconds,
-                    base.seconds,
-                    "plain SSA client",
-                    at_least=op.timed_out and op.pods_seconds == op.seconds,
-                )
-            )
-            self.rows.append(
-                report.Row(f, f"N={count}: writes to the API server", "", op.writes, base.writes, "plain SSA client")
-            )
-            self.summary[f"convergence_ratio_n{count}"] = _round(report.ratio(op.seconds, base.seconds), 3)
-            if op.timed_out:
-                self.notes.append(
-                    f"convergence N={count}: nvlfleet had not made every serving Ready after the {cap:.0f} s cap "
-                    f"({op.ready} of {count}); the ratio is a lower bound"
-                )
-            if prof is not None:
-                self.profile_note(f"convergence N={count}", WORK / f"profile-operator-n{count}.txt")
+                self.raw[f"convergence_n{count}"] = [dataclasses.asdict(r) for r in repeats]
+                out = figurerows.convergence_rows(count, cap, repeats)
+                self.say(report.table(out.rows))  # each N as it completes: a long run shows its figures early
+                self.take(out)
+                if prof is not None:
+                    self.profile_note(f"convergence N={count}", WORK / f"profile-operator-n{count}.txt")
+        finally:
+            if extra:
+                from localcluster import fleet
+
+                fleet.delete_fleet(cluster.admin, CONVERGENCE_FLEET)
+
+    def convergence_fleet(self, cluster: benchcluster.BenchCluster) -> int:
+        """Racks added for the largest N beyond the shared bench fleet (removed after figure 1); how many."""
+        import convergence
+
+        trays = max(self.sizes.convergence) * convergence.PODS_PER_SERVING + 2
+        missing = math.ceil(trays / 18) - self.sizes.racks
+        if missing > 0:
+            self.say(f"    adding {missing} racks for N={max(self.sizes.convergence)} (fleet {CONVERGENCE_FLEET})")
+            cluster.fleet(missing, name=CONVERGENCE_FLEET, first_slot=self.sizes.racks * 18)
+        return max(0, missing)
 
     def profile_note(self, during: str, path: pathlib.Path) -> None:
         frames = profiler.hottest(
@@ -341,6 +370,12 @@ def _round(value: float | None, digits: int) -> float | None:
 REQUIRED = (
     "convergence_ratio_n50",
     "convergence_ratio_n200",
+    "convergence_ratio_n1000",
+    "convergence_overhead_seconds_n200",
+    "planner_ms_10000_groups",
+    "stranded_gpus_kueue_tas",
+    "split_groups_kueue_tas",
+    "placement_measured_on_scheduler",
     "operator_rss_mib_1000",
     "idle_writes_per_minute_1000",
     "planner_ms_1000_groups",
@@ -363,16 +398,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--no-doc", action="store_true", help="do not write the document")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the benchmark cluster running")
+    parser.add_argument(
+        "--attach", action="store_true", help="use the benchmark cluster a --keep-cluster run left (developing only)"
+    )
     parser.add_argument("--invoked-as", help="the command to record in the document (make passes its own)")
     args = parser.parse_args(argv)
     figures = {int(x) for x in args.only.split(",") if x.strip()}
     command = args.invoked_as or shlex.join(["python", "bench/run.py", *(argv if argv is not None else sys.argv[1:])])
     facts = machine.facts()
     bench = Bench(QUICK if args.quick else FULL, figures, args.profile)
+    bench.attach = args.attach
     started = time.monotonic()
     try:
-        bench.figure(3, "placement", bench.placement)
+        bench.figure(3, "placement: planner and model", bench.placement)
         bench.figure(4, "telemetry", bench.telemetry)
+        bench.figure(3, "placement on the scheduler (make compare-placement)", bench.placement_scheduler)
         bench.figure(1, "convergence", bench.convergence)
         bench.figure(2, "steady state", bench.steady)
     finally:
@@ -381,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         facts["kubernetes (local control plane)"] = bench.cluster.server_version
     facts["load average at end (1 min)"] = f"{machine.load_average():.2f}"
     facts["duration"] = f"{(time.monotonic() - started) / 60:.1f} min"
-    rows = sorted(bench.rows, key=lambda r: r.figure[0])
+    # By figure; within figure 3 the scheduler's rows (the headline) come before the model's.
+    rows = sorted(bench.rows, key=lambda r: (r.figure[0], "model" in r.figure))
     summary = report.summary(REQUIRED, bench.summary)
     (WORK / "results.json").write_text(json.dumps({"raw": bench.raw, "summary": summary}, indent=2, default=str))
     print(report.table(rows))

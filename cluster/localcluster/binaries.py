@@ -10,7 +10,8 @@ The builds are arranged so that a cold build on two cores stays short:
   generated wrapper module (k8s.io/kubernetes with every staging module replaced by its v0.X.Y tag, plus kwok
   and LWS), so the Kubernetes packages they share are resolved to one version and compiled once into one Go
   build cache; each later binary only compiles what is new to it.
-- etcd lives in its own small wrapper module (its own dependency pins).
+- etcd lives in its own small wrapper module (its own dependency pins); so does the on-demand Kueue manager,
+  which `ensure_all` (cluster-up) skips and `ensure("kueue-manager")` builds on first use.
 - `-trimpath -ldflags='-s -w'`, CGO_ENABLED=0, `-p 2`; only missing binaries are built.
 The Go module and build caches live under $NVLFLEET_CACHE too, so deleting that one folder really is cold.
 """
@@ -31,7 +32,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from localcluster import errors, paths, versions
 
@@ -45,10 +46,13 @@ def say(message: str) -> None:
 
 
 def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
-    """Every binary the cluster needs, building what is missing; name → absolute path."""
+    """Every binary `cluster-up` needs, building what is missing; name → absolute path. On-demand components
+    (Kueue) are left to `ensure`."""
     found: dict[str, pathlib.Path] = {}
     missing: list[versions.GoComponent] = []
     for component in versions.GO_COMPONENTS:
+        if component.on_demand:
+            continue
         path = _cached_or_on_path(component)
         if path is None:
             missing.append(component)
@@ -61,16 +65,21 @@ def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
     return found
 
 
-def ensure_keda(progress: Progress = say) -> dict[str, pathlib.Path]:
-    """KEDA's operator and metrics API server (opt-in: only `localcluster keda up` asks); name → path."""
+def ensure(name: str, progress: Progress = say) -> pathlib.Path:
+    """One Go component's binary (e.g. an on-demand one), built if it is not cached yet."""
+    return ensure_on_demand([name], progress)[name]
+
+
+def ensure_on_demand(names: Iterable[str], progress: Progress = say) -> dict[str, pathlib.Path]:
+    """Go components by name (the on-demand ones: Kueue, KEDA), building the missing ones in one go; name → path."""
     found: dict[str, pathlib.Path] = {}
     missing: list[versions.GoComponent] = []
-    for component in versions.KEDA_COMPONENTS:
-        cached = paths.binary(component.name, component.version)
-        if cached.is_file() and os.access(cached, os.X_OK):
-            found[component.name] = cached
-        else:
+    for component in map(versions.go_component, names):
+        path = _cached_or_on_path(component)
+        if path is None:
             missing.append(component)
+        else:
+            found[component.name] = path
     if missing:
         with _build_lock():
             found.update(_build(missing, progress))
@@ -231,7 +240,7 @@ def _prepare_module(go: str, module: str, progress: Progress) -> pathlib.Path:
 
 def _module_spec(go: str, module: str) -> tuple[str, list[str]]:
     """go.mod text and `go get` arguments of a wrapper module."""
-    members = [c for c in (*versions.GO_COMPONENTS, *versions.KEDA_COMPONENTS) if c.module == module]
+    members = [c for c in versions.GO_COMPONENTS if c.module == module]
     get_args = [f"{c.package}@{c.version}" for c in members]
     if module == versions.ETCD_MODULE:
         # etcd's server module points at its sibling modules with relative replaces, which a dependent
@@ -239,6 +248,9 @@ def _module_spec(go: str, module: str) -> tuple[str, list[str]]:
         siblings = ["server/v3", "api/v3", "client/pkg/v3", "client/v3", "pkg/v3"]
         requires = "\n".join(f"\tgo.etcd.io/etcd/{s} {versions.ETCD}" for s in siblings)
         return f"module nvlfleet.local/build/etcd\n\ngo 1.26.0\n\nrequire (\n{requires}\n)\n", get_args
+    if module == versions.KUEUE_MODULE:
+        # Kueue's go.mod has no replace directives, so requiring it alone resolves exactly its own pins.
+        return "module nvlfleet.local/build/kueue\n\ngo 1.26.0\n", get_args
     if module == versions.CONTROL_PLANE_MODULE:
         replaces = "\n".join(f"\t{m} => {m} {versions.KUBERNETES_STAGING}" for m in _kubernetes_staging_modules(go))
         gomod = (

@@ -107,9 +107,12 @@ def down(progress: binaries.Progress = binaries.say) -> list[str]:
     root = paths.cluster_dir()
     if not root.exists():
         return []
+    from localcluster import kueue
+
     with _lock(root):
         state = _load_state(root)
-        stopped = []
+        # An on-demand Kueue first, while the API server still answers (its webhook configurations go with it).
+        stopped = [kueue.NAME] if kueue.stop(root, _layout(root, state) if state else None) else []
         if state:
             from localcluster import keda
 

@@ -243,6 +243,11 @@ def _get(url: str, context: ssl.SSLContext | None = None) -> bytes | None:
         return None
 
 
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """The URL answers 200 (a health check; on-demand components such as Kueue use it too)."""
+    return _get(url, context) is not None
+
+
 def _tls(layout: Layout, client: str | None = "admin", ca: str = "ca") -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(layout.pki / f"{ca}.crt"))
     if client:

@@ -37,7 +37,7 @@ _STATE = "keda.json"
 
 def up(layout: components.Layout, progress: binaries.Progress = binaries.say) -> dict[str, int]:
     """Build (if needed), install and start KEDA on the cluster of ``layout``; returns its ports."""
-    found = binaries.ensure_keda(progress)
+    found = binaries.ensure_on_demand(NAMES, progress)
     ports = _ports(layout.root)
     certs = _certificates(layout)
     _install(layout, ports)

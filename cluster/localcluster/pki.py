@@ -5,13 +5,14 @@ Third step of the local-cluster data flow (versions → binaries → **PKI** →
   controller-manager uses it to sign CSRs, so new client credentials can be minted later.
 - client certificates, one identity per component: the controller-manager and scheduler use the identities
   Kubernetes' default RBAC already grants (system:kube-controller-manager, system:kube-scheduler), so RBAC is
-  exercised for real; the admin, kwok and the LWS controller are in system:masters.
+  exercised for real; the admin, kwok, the LWS controller and Kueue are in system:masters.
 - serving certificates for the API server, the controller-manager and the scheduler (127.0.0.1), so their
   health endpoints are checked with real TLS verification.
 - `front-proxy-ca`: the aggregation layer's request-header CA, so delegated authentication in the
   controller-manager, scheduler and any aggregated API server is configured as in a real cluster.
 - `webhook-ca`: a separate CA for the admission webhooks served on 127.0.0.1 (LWS), as a real cluster's
-  webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle.
+  webhooks have their own issuer; its bundle goes into the webhook configurations' caBundle. Kueue gets a CA
+  of its own (`kueue`), in the form its certificate rotator keeps.
 - `keda` (only when `localcluster keda up` asks, `keda_certificate`): KEDA's metrics API server's serving
   certificate, issued by the webhook CA (the APIService's caBundle) for the Service name the aggregator verifies,
   and also the client certificate of the operator ↔ metrics server gRPC link (KEDA uses one pair for both).
@@ -44,6 +45,7 @@ CLIENTS = (
     ClientIdentity("kube-scheduler", "system:kube-scheduler"),
     ClientIdentity("kwok", "kwok-controller", "system:masters"),
     ClientIdentity("lws-controller", "lws-controller-manager", "system:masters"),
+    ClientIdentity("kueue-manager", "kueue-controller-manager", "system:masters"),
 )
 
 APISERVER_SANS = (
@@ -77,6 +79,24 @@ def ensure(pki_dir: pathlib.Path, service_ip: str) -> None:
 def keda_certificate(pki_dir: pathlib.Path, sans: tuple[str, ...]) -> None:
     """``keda.crt``/``keda.key`` for ``sans`` (serverAuth and clientAuth), issued by the webhook CA."""
     _leaf(pki_dir, "keda", "webhook-ca", "keda", "", sans, server=True, client=True)
+
+
+def kueue(pki_dir: pathlib.Path, ca_name: str, service_dns: str) -> None:
+    """Kueue's own CA and webhook serving certificate, in the shape its cert rotator (open-policy-agent's
+    cert-controller) accepts as valid, so it keeps them instead of minting certificates for an in-cluster
+    Service: an RSA (PKCS#1) CA whose subjectAltName is its own name, and a serving certificate for the
+    Service's DNS name that is also valid for 127.0.0.1, where the API server calls it here."""
+    if not (pki_dir / "kueue-ca.crt").exists():
+        _openssl(pki_dir, "genrsa", "-traditional", "-out", "kueue-ca.key", "2048")
+        (pki_dir / "kueue-ca.key").chmod(0o600)
+        _openssl(
+            pki_dir,
+            *("req", "-x509", "-new", "-key", "kueue-ca.key", "-subj", f"/CN={ca_name}/O=kueue", "-days", _DAYS),
+            *("-addext", "basicConstraints=critical,CA:TRUE"),
+            *("-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature,keyEncipherment"),
+            *("-addext", f"subjectAltName=DNS:{ca_name}", "-out", "kueue-ca.crt"),
+        )
+    _leaf(pki_dir, "kueue-serving", "kueue-ca", service_dns, "", (f"DNS:{service_dns}", "IP:127.0.0.1"), server=True)
 
 
 def _ca(pki_dir: pathlib.Path, name: str, common_name: str) -> None:

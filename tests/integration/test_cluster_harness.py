@@ -17,7 +17,7 @@ import pathlib
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -472,7 +472,7 @@ def test_a_second_cluster_comes_up_beside_the_first_is_reused_and_down_leaves_no
     assert first.stdout.splitlines()[-1] == f"KUBECONFIG={scratch / 'kubeconfig'}"
     pids = {p.stem: int(p.read_text()) for p in (scratch / "pids").glob("*.pid")}
     state = json.loads((scratch / "state.json").read_text())
-    assert sorted(pids) == sorted(c.name for c in versions.GO_COMPONENTS)
+    assert sorted(pids) == sorted(c.name for c in versions.GO_COMPONENTS if not c.on_demand)
     assert set(state["ports"].values()).isdisjoint(local_cluster.ports.values())
 
     again = localcluster_cli("up", cluster_dir=scratch)
@@ -515,3 +515,57 @@ def test_a_failed_build_is_one_line_naming_the_component_and_its_log(
     log = tmp_path / "cache" / "logs" / "modules-etcd.log"
     assert failed.value.line() == f"localcluster: etcd: downloading Go modules for etcd failed (log: {log})"
     assert "v3.7.999" in log.read_text()
+
+
+# --- Kueue (on demand) ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kueue_namespace(local_cluster: Any, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """Kueue started for this test (built on first use), managing ``namespace`` only; stopped by its PID after."""
+    from localcluster import cluster, kueue
+
+    running, _ = cluster.status()
+    assert running is not None
+    kueue.ensure_running(running.layout, progress=lambda _: None)
+    key, value = kueue.MANAGED_LABEL
+    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": {key: value}}})
+    yield namespace
+    kueue.stop(running.layout.root, running.layout)
+
+
+def test_kueue_admits_an_lws_group_into_one_clique_and_holds_back_one_no_clique_fits(
+    api_client: client.ApiClient, kueue_namespace: str, fleet_factory: Callable[..., Any], wait_for: Wait
+) -> None:
+    import compare_placement
+
+    racks = fleet_factory(racks=2, gpu="GB200")
+    custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+    objects = compare_placement.kueue_objects(racks.name, kueue_namespace)
+    try:
+        for plural, body in objects:
+            if plural == "localqueues":
+                custom.create_namespaced_custom_object(*compare_placement.KUEUE, kueue_namespace, plural, body)
+            else:
+                custom.create_cluster_custom_object(*compare_placement.KUEUE, plural, body)
+        for name, size in (("fits", 2), ("toobig", 19)):  # a rack has 18 trays
+            lws = leader_worker_set(name, "unused", size=size)
+            lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"].pop("affinity")
+            lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["nodeSelector"] = {
+                fleet.LABEL_FLEET: racks.name
+            }
+            compare_placement.queue_to_kueue(lws, racks.name)
+            custom.create_namespaced_custom_object(LWS_GROUP, LWS_VERSION, kueue_namespace, LWS_PLURAL, lws)
+
+        def group(name: str) -> list[client.V1Pod]:
+            selector = f"leaderworkerset.sigs.k8s.io/name={name}"
+            return core.list_namespaced_pod(kueue_namespace, label_selector=selector).items
+
+        fits = wait_for(lambda: (p := group("fits")) and len(p) == 2 and all(is_ready(x) for x in p) and p, 120, "fits")
+        cliques = {racks.clique(r) for r in (0, 1) if {p.spec.node_name for p in fits} <= racks.node_names(rack=r)}
+        assert len(cliques) == 1  # Kueue's topology assignment kept the group in one NVLink domain
+        toobig = group("toobig")
+        assert toobig and not any(p.spec.node_name for p in toobig)  # held back by Kueue: gated, never bound
+        assert all(p.spec.scheduling_gates for p in toobig)
+    finally:
+        compare_placement.remove_kueue_objects(api_client, racks.name, kueue_namespace)

@@ -53,6 +53,17 @@ def test_two_node_groups_on_empty_racks_exclusive_topology_strands_sixteen_trays
     )
 
 
+def test_exclusive_topology_is_annotated_on_multi_tray_groups_only_so_single_tray_groups_share_a_rack() -> None:
+    # Three racks of 4 trays: one 2-tray decode group, four single-tray prefill groups. The decode group holds
+    # rack 0 alone; the prefill groups, not annotated (as a user would leave them), pack into rack 1 together.
+    key = inventory.ServingKey("default", "a")
+    work = [planner.Demand(key, "decode", 2, 1, GB200), planner.Demand(key, "prefill", 1, 4, GB200)]
+    lws = baselines.lws_exclusive(fleet(4, 4, 4), work)
+    assert (lws.groups_placed, lws.groups_waiting, lws.pods_pending) == (5, 0, 0)
+    # Rack 0's two free trays are closed by the exclusive group; rack 2 could still take a group of either size.
+    assert lws.gpus_stranded == 2 * GPUS_PER_NODE
+
+
 def test_first_fit_pod_affinity_leaves_a_leader_holding_a_node_in_a_full_rack() -> None:
     # Two racks of 3 trays, two 2-node groups. Group 2's leader takes the third tray of rack 0 and its
     # worker waits there forever; rack 1 stays empty. nvlfleet puts one group in each rack.

@@ -48,10 +48,39 @@ def test_numbers_keep_three_significant_digits_and_integers_stay_integers() -> N
 def test_the_table_shows_value_reference_ratio_goal_and_verdict_in_columns() -> None:
     text = report.table([row(30.0, 20.0, goal=report.Goal(on="ratio", limit=1.25))])
     head, rule, line = text.splitlines()
-    assert head.split() == ["figure", "measure", "nvlfleet", "reference", "ratio", "goal"]
+    assert head.split() == ["figure", "measure", "nvlfleet", "reference", "ratio", "goal", "load"]
     assert set(rule) == {"-", " "}
     assert "30 s" in line and "20 s (plain client)" in line and "1.50×" in line and "≤ 1.25×" in line
     assert line.endswith("MISSED")
+
+
+def test_every_row_states_the_load_average_it_was_measured_under() -> None:
+    line = report.table([row(30.0, 20.0, load=3.456)]).splitlines()[2]
+    assert line.endswith("3.46")
+
+
+def test_a_repeated_figure_shows_medians_with_min_max_and_the_median_of_its_paired_ratios() -> None:
+    repeated = row(
+        22.0,
+        20.0,
+        value_spread=report.spread([21.0, 22.0, 30.0]),
+        reference_spread=report.spread([20.0, 20.0, 25.0]),
+        ratios=report.spread([1.05, 1.1, 1.2]),
+    )
+    # 1.1 is the median of the three ratios, not 22 / 20 of the medians
+    assert repeated.ratio == 1.1
+    line = report.table([repeated]).splitlines()[2]
+    assert "22 s (21–30)" in line and "20 s (20–25) (plain client)" in line and "1.10× (1.05–1.20×)" in line
+
+
+def test_a_repeat_that_measured_nothing_is_left_out_of_the_spread() -> None:
+    assert report.spread([3.0, None, 1.0, math.nan]) == report.Spread((3.0, 1.0))
+    assert report.spread([None]).median is None
+
+
+def test_a_figure_that_could_not_be_measured_prints_null_and_why() -> None:
+    line = report.table([row(None, 16.0, why_missing="Kueue did not start")]).splitlines()[2]
+    assert "null (Kueue did not start)" in line
 
 
 def test_a_run_cut_short_is_a_lower_bound_and_cannot_meet_an_upper_limit() -> None:
