@@ -57,7 +57,7 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
     }
 
 
-def names(count: int) -> list[str]:
+def serving_names(count: int) -> list[str]:
     return [f"serving-{i:04d}" for i in range(count)]
 
 
@@ -203,7 +203,7 @@ def run_operator(
         if profile is not None:
             profiler = profile(operator.pid)
         started = time.monotonic()
-        for name in names(count):
+        for name in serving_names(count):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving(name))
         try:
             done, timed_out = watcher.wait(timeout), False
@@ -250,11 +250,11 @@ def run_plain_client(
     cluster.namespace(namespace)
     identity = cluster.identity("plain-client")
     api = config.new_client_from_config(config_file=str(identity))
-    if any(not placements.get(name) for name in names(count)):
+    if any(not placements.get(name) for name in serving_names(count)):
         # nvlfleet did not place them all (its run was cut short): the planner places the whole batch instead.
-        placements = plan(cluster.admin, namespace, [serving(name) for name in names(count)])
+        placements = plan(cluster.admin, namespace, [serving(name) for name in serving_names(count)])
     children = []
-    for name in names(count):
+    for name in serving_names(count):
         body = serving(name)
         body["metadata"]["namespace"] = namespace
         parsed = models.DeepSeekServing.model_validate(body)
