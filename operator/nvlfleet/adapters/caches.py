@@ -147,14 +147,8 @@ def trim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# Child kinds not watched: a cluster-wide read of RBAC objects is more than nvlfleet should hold (the chart grants
-# them only where it reconciles). Only a serving's router has them; such a serving's passes list them.
-UNWATCHED_CHILD_KINDS: frozenset[names.Kind] = frozenset({names.ROLE, names.ROLE_BINDING})
-# One index of each watched child kind, by (namespace, serving): a pass reads its children there, not from the API
-# server.
-CHILD_INDEXES: Mapping[str, str] = {
-    kind.kind: f"children_{kind.plural}" for kind in names.CHILD_KINDS if kind not in UNWATCHED_CHILD_KINDS
-}
+# One index of each child kind, by (namespace, serving): a pass reads its children there, not from the API server.
+CHILD_INDEXES: Mapping[str, str] = {kind.kind: f"children_{kind.plural}" for kind in names.CHILD_KINDS}
 
 
 class Written:

@@ -301,8 +301,7 @@ def _child_index(kind: names.Kind) -> None:
 
 
 for _kind in names.CHILD_KINDS:
-    if _kind not in caches.UNWATCHED_CHILD_KINDS:
-        _child_index(_kind)
+    _child_index(_kind)
 
 
 @kopf.index("nodes")

@@ -21,7 +21,7 @@ Choices worth knowing:
   version, the watch caches', its children's) are those of its last pass that changed nothing: drift of a child
   reaches its watch, which nudges the serving. nvlfleet's own Events describe decisions.
 * **Reads from the watch caches.** A pass reads the serving as last watched (or written), its children from
-  kopf's children indexes (a router's Role and RoleBinding, not watched, are listed), nodes and GPU pods from
+  kopf's children indexes (one per child kind), nodes and GPU pods from
   kopf's indexes, other servings' LeaderWorkerSets from the index — each merged with this process's own applies
   that the watch has not delivered yet (``caches.Written``). It asks the API server only for the StatefulSet
   Events, and only while a LeaderWorkerSet is short of ready groups (a refused pod is said only there). What a
@@ -251,11 +251,8 @@ class Operator:
         # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
         labelable = len(name) <= LABEL_VALUE_MAX
         for kind in names.CHILD_KINDS:
-            if kind.kind in served and labelable and kind not in caches.UNWATCHED_CHILD_KINDS:
+            if kind.kind in served and labelable:
                 children += self._children(api, kind, namespace, name, selector)
-        if labelable and self._routed(serving, children):
-            for kind in caches.UNWATCHED_CHILD_KINDS:
-                children += api.list_objects(kind, namespace, selector)
         events = self._statefulset_events(api, namespace) if labelable and _short_of_pods(children) else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
@@ -274,24 +271,15 @@ class Operator:
         indexed = [c for c in index.get((namespace, name), ()) if _uid(c) not in self._pruned]
         return self.applied.merged(indexed, kind=kind.kind, namespace=namespace, serving=name)
 
-    def _routed(self, serving: Mapping[str, Any], children: Iterable[Mapping[str, Any]]) -> bool:
-        """Whether the serving has, or asks for, a router: only then can it have children of the unwatched kinds."""
-        router = (serving.get("spec") or {}).get("router")
-        if isinstance(router, Mapping) and router.get("enabled"):
-            return True
-        return any(c.get("kind") == names.DEPLOYMENT.kind for c in children)
-
     def inputs(self, key: inventory.ServingKey, serving: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """What a pass of ``key`` reads, as versions: the serving's, the watch caches' (nodes, GPU pods,
-        LeaderWorkerSets: ``changed``), and each child's. None when a pass reads more than the watches hold (no
-        children indexes; a router's unwatched children): nothing to compare, so every re-check runs the pass."""
+        LeaderWorkerSets: ``changed``), and each child's. None without the children indexes (as outside kopf):
+        nothing to compare, so every re-check runs the pass."""
         if not all(i in self.indices for i in caches.CHILD_INDEXES.values()):
             return None
         children = [
             c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
         ]
-        if self._routed(serving, children):
-            return None
         versions = sorted((str(c.get("kind")), caches.resource_version(c)) for c in children)
         return (caches.resource_version(serving), self._version, len(self.applied), len(self._pruned), *versions)
 
@@ -371,13 +359,15 @@ class Operator:
 
     def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
         """The children: fields other managers set removed first, the LeaderWorkerSets this pass creates tried
-        (dry run) before anything is created — so a refused one leaves no ComputeDomain behind —, then everything
-        applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
+        (dry run) before anything is created when the pass also creates ComputeDomains — so a refused one leaves no
+        ComputeDomain behind (without one, nothing is left to clean up, and the dry run would be a write for
+        nothing) —, then everything applied (noted in ``caches.Written`` at once), then pruned."""
         meta = serving["metadata"]
         for obj in decision.replace:
             api.replace(obj)
             log.warning("removed fields other managers set on %s", kube.describe(obj))
-        new_sets = {n for k, n in decision.creates if k == names.LEADER_WORKER_SET.kind}
+        domains = any(k == names.COMPUTE_DOMAIN.kind for k, _ in decision.creates)
+        new_sets = {n for k, n in decision.creates if k == names.LEADER_WORKER_SET.kind} if domains else set()
         applied: list[dict[str, Any]] = []
         for obj in [o for o in decision.apply if o["kind"] == names.LEADER_WORKER_SET.kind]:
             if obj["metadata"]["name"] in new_sets:
