@@ -275,6 +275,13 @@ async def serving_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -
         op.changed()
 
 
+# _LISTED: a watch event of type None is the object as kopf first listed it (at start-up, or listing again after
+# the watch's resourceVersion expired): it nudges nobody. At start-up kopf runs every serving's own handler (its
+# diff base is in memory, so each serving is new to it), and a thousand servings' children, pods and
+# LeaderWorkerSets listed would otherwise pass each serving two or three times more; a child changed while the
+# watch was away has a new resourceVersion, which the serving's next re-check sees (``Operator.inputs``).
+
+
 def _child_index(kind: names.Kind) -> None:
     """An index of ``kind``'s nvlfleet children by (namespace, serving), and an event handler that nudges the
     serving when one changes or goes (by hand, by another controller): drift is seen by the watch, so the
@@ -292,7 +299,7 @@ def _child_index(kind: names.Kind) -> None:
         op = _operator(memo)
         op.child_seen(body, deleted=type == "DELETED")
         key = caches.child_key(namespace, labels)
-        if key is not None and op.watched(key[0]):
+        if key is not None and op.watched(key[0]) and type is not None:  # see _LISTED
             op.nudges.add(inventory.ServingKey(*key))
 
     kopf.index(*resource, id=caches.CHILD_INDEXES[kind.kind], labels=labels)(index)
@@ -342,7 +349,7 @@ async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo:
     op = _operator(memo)
     op.changed()
     serving = (body.get("metadata", {}).get("labels") or {}).get(names.SERVING_LABEL)
-    if serving and namespace and op.watched(namespace):
+    if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED" or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
         op.capacity_freed()
@@ -362,7 +369,7 @@ async def lws_event(
     op.child_seen(body, deleted=type == "DELETED")
     op.changed()
     serving = labels.get(names.SERVING_LABEL)
-    if serving and namespace and op.watched(namespace):
+    if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED":
         op.capacity_freed()
