@@ -81,7 +81,7 @@ def deliver(op: operator.Operator, api: FakeApi) -> None:
     for index in caches.CHILD_INDEXES.values():
         op.indices[index].clear()
     for (kind, _), child in api.children.items():
-        op.indices[caches.CHILD_INDEXES[kind]].setdefault((KEY.namespace, KEY.name), []).append(child)
+        op.indices[caches.CHILD_INDEXES[kind]].setdefault((KEY.namespace, KEY.name), []).append(caches.Packed(child))
         op.child_seen(child)
     op.serving_seen(copy.deepcopy(api.serving))
 
@@ -122,8 +122,10 @@ def test_a_pass_reads_the_watch_and_asks_the_api_server_nothing() -> None:
 def test_a_child_changed_by_someone_else_makes_the_recheck_pass_the_serving_again() -> None:
     op, api = operator_with_watch()
     settle(op, api)
-    (child, *_) = op.indices[caches.CHILD_INDEXES["LeaderWorkerSet"]][(KEY.namespace, KEY.name)]
+    indexed = op.indices[caches.CHILD_INDEXES["LeaderWorkerSet"]][(KEY.namespace, KEY.name)]
+    child = indexed[0].unpack()
     child["metadata"]["resourceVersion"] = "999"
+    indexed[0] = caches.Packed(child)
 
     assert rechecked(op)
 

@@ -291,7 +291,7 @@ def _child_index(kind: names.Kind) -> None:
 
     def index(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
         key = caches.child_key(namespace, labels)
-        return {} if key is None else {key: dict(body)}
+        return {} if key is None else {key: caches.Packed(body)}
 
     async def event(
         namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, memo: kopf.Memo, **_: Any

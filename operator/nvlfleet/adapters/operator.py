@@ -85,7 +85,7 @@ class Operator:
         self.written = caches.Written()  # LeaderWorkerSets, over the fleet_lws index
         self.applied = caches.Written()  # every child, over the children indexes
         self._pruned: set[str] = set()  # uids this process deleted that the watch still shows
-        self._seen: dict[inventory.ServingKey, Mapping[str, Any]] = {}  # each serving as last watched or written
+        self._seen: dict[inventory.ServingKey, caches.Packed] = {}  # each serving as last watched or written
         # What the last pass that changed nothing read, per serving: the re-check skips it while that still holds.
         self._settled: dict[inventory.ServingKey, tuple[Any, ...]] = {}
         self.diff_bases = caches.DiffBases()
@@ -130,13 +130,14 @@ class Operator:
         api = self._api()
         async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
-                serving = self._seen.get(key)
+                packed = self._seen.get(key)
+                serving = packed.unpack() if packed is not None else None
                 if serving is None:  # not watched yet (or no watch at all): ask
                     serving = await asyncio.to_thread(api.get, names.DEEPSEEK_SERVING, key.namespace, key.name)
                 if serving is None:
                     self.forget(key)
                     return None
-                inputs = self.inputs(key, serving)
+                inputs = self.inputs(key, caches.resource_version(serving))
                 snap = await asyncio.to_thread(self._observe, api, serving)
                 snap, decision, checked = await self._decide(api, serving, snap, frozenset())
                 if decision.places_groups:
@@ -268,20 +269,20 @@ class Operator:
         index = self.indices.get(caches.CHILD_INDEXES[kind.kind])
         if index is None:
             return list(api.list_objects(kind, namespace, selector))
-        indexed = [c for c in index.get((namespace, name), ()) if _uid(c) not in self._pruned]
+        indexed = [c.unpack() for c in index.get((namespace, name), ()) if c.uid not in self._pruned]
         return self.applied.merged(indexed, kind=kind.kind, namespace=namespace, serving=name)
 
-    def inputs(self, key: inventory.ServingKey, serving: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    def inputs(self, key: inventory.ServingKey, serving_version: str) -> tuple[Any, ...] | None:
         """What a pass of ``key`` reads, as versions: the serving's, the watch caches' (nodes, GPU pods,
         LeaderWorkerSets: ``changed``), and each child's. None without the children indexes (as outside kopf):
         nothing to compare, so every re-check runs the pass."""
         if not all(i in self.indices for i in caches.CHILD_INDEXES.values()):
             return None
-        children = [
+        children: list[caches.Packed] = [
             c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
         ]
-        versions = sorted((str(c.get("kind")), caches.resource_version(c)) for c in children)
-        return (caches.resource_version(serving), self._version, len(self.applied), len(self._pruned), *versions)
+        versions = sorted((c.kind, c.resource_version) for c in children)
+        return (serving_version, self._version, len(self.applied), len(self._pruned), *versions)
 
     def serving_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A watch event of a serving: passes read it here, not from the API server."""
@@ -291,8 +292,8 @@ class Operator:
             self._seen.pop(key, None)
             self._settled.pop(key, None)
             self.diff_bases.forget(str(meta.get("uid") or ""))
-        elif self.watched(key.namespace) and _newer(body, self._seen.get(key)):
-            self._seen[key] = dict(body)
+        elif self.watched(key.namespace) and _newer(caches.resource_version(body), self._seen.get(key)):
+            self._seen[key] = caches.Packed(body)
 
     def child_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A watch event of a child: it supersedes what this process wrote (``applied``, ``_pruned``)."""
@@ -524,7 +525,7 @@ class Operator:
         for key in self.servings():
             settled = self._settled.get(key)
             serving = self._seen.get(key)
-            if settled is None or serving is None or settled != self.inputs(key, serving):
+            if settled is None or serving is None or settled != self.inputs(key, serving.resource_version):
                 self.nudges.add(key)
 
     async def take_over(self) -> None:
@@ -556,11 +557,11 @@ def _uid(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def _newer(obj: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:
-    """Whether ``obj`` is a later state than ``than`` (resourceVersions are etcd revisions: integers)."""
+def _newer(mine: str, than: caches.Packed | None) -> bool:
+    """Whether version ``mine`` is a later state than ``than`` (resourceVersions are etcd revisions: integers)."""
     if than is None:
         return True
-    mine, theirs = caches.resource_version(obj), caches.resource_version(than)
+    theirs = than.resource_version
     return not (mine.isdigit() and theirs.isdigit()) or int(mine) >= int(theirs)
 
 
