@@ -145,3 +145,31 @@ def test_a_fleet_change_makes_the_recheck_pass_the_serving_again() -> None:
     op.changed()
 
     assert rechecked(op)
+
+
+def lws_event(op: operator.Operator, event_type: str | None) -> bool:
+    """Whether a LeaderWorkerSet watch event of ``event_type`` nudged its serving."""
+    body = {
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "dsv41-decode", "namespace": KEY.namespace, "uid": "u", "resourceVersion": "5"},
+    }
+    labels = {"nvlfleet.io/serving": KEY.name}
+
+    async def go() -> bool:
+        await main.lws_event(namespace=KEY.namespace, labels=labels, body=body, type=event_type, memo=_Memo(op))
+        return bool(op.nudges._due)
+
+    return asyncio.run(go())
+
+
+class _Memo:
+    def __init__(self, op: operator.Operator) -> None:
+        self.operator = op
+
+
+def test_a_child_as_first_listed_nudges_nobody_kopf_passes_every_serving_at_start() -> None:
+    assert not lws_event(operator.Operator(Config(debounce_seconds=0.0)), None)
+
+
+def test_a_child_that_changed_nudges_its_serving() -> None:
+    assert lws_event(operator.Operator(Config(debounce_seconds=0.0)), "MODIFIED")
