@@ -10,6 +10,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+import kopf
+
 from nvlfleet.adapters import caches, main, operator
 from nvlfleet.adapters.config import Config
 from nvlfleet.core import inventory
@@ -173,3 +175,10 @@ def test_a_child_as_first_listed_nudges_nobody_kopf_passes_every_serving_at_star
 
 def test_a_child_that_changed_nudges_its_serving() -> None:
     assert lws_event(operator.Operator(Config(debounce_seconds=0.0)), "MODIFIED")
+
+
+def test_a_watched_object_is_kept_as_kopf_hands_it_over() -> None:
+    body = kopf.Body({"kind": "Service", "metadata": {"name": "s", "uid": "u", "resourceVersion": "7"}, "spec": {}})
+    packed = caches.Packed(body)
+    assert (packed.kind, packed.uid, packed.resource_version) == ("Service", "u", "7")
+    assert packed.unpack() == dict(body)

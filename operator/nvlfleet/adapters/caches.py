@@ -256,7 +256,7 @@ class Packed:
         self.kind = str(body.get("kind") or "")
         self.uid = str(meta.get("uid") or "")
         self.resource_version = str(meta.get("resourceVersion") or "")
-        self.text = json.dumps(body, separators=(",", ":"))
+        self.text = json.dumps(dict(body), separators=(",", ":"))  # kopf.Body is a Mapping, not a dict
 
     def unpack(self) -> dict[str, Any]:
         decoded: dict[str, Any] = json.loads(self.text)
