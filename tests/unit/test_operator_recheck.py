@@ -141,9 +141,18 @@ def test_a_spec_change_makes_the_recheck_pass_the_serving_again() -> None:
     assert rechecked(op)
 
 
-def test_a_fleet_change_makes_the_recheck_pass_the_serving_again() -> None:
+def test_a_fleet_change_elsewhere_leaves_a_placed_serving_settled() -> None:
     op, api = operator_with_watch()
     settle(op, api)
+    op.changed()  # another serving's pod or LeaderWorkerSet
+
+    assert not rechecked(op)
+
+
+def test_a_fleet_change_makes_the_recheck_pass_a_serving_waiting_for_room() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    op.known[KEY].unplaced = 1
     op.changed()
 
     assert rechecked(op)

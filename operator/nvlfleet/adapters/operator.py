@@ -274,15 +274,19 @@ class Operator:
 
     def inputs(self, key: inventory.ServingKey, serving_version: str) -> tuple[Any, ...] | None:
         """What a pass of ``key`` reads, as versions: the serving's, the watch caches' (nodes, GPU pods,
-        LeaderWorkerSets: ``changed``), and each child's. None without the children indexes (as outside kopf):
-        nothing to compare, so every re-check runs the pass."""
+        LeaderWorkerSets: ``changed``) while some of its groups are unplaced, and each child's. None without the
+        children indexes (as outside kopf): nothing to compare, so every re-check runs the pass."""
         if not all(i in self.indices for i in caches.CHILD_INDEXES.values()):
             return None
         children: list[caches.Packed] = [
             c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
         ]
         versions = sorted((c.kind, c.resource_version) for c in children)
-        return (serving_version, self._version, len(self.applied), len(self._pruned), *versions)
+        # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
+        # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
+        known = self.known.get(key)
+        fleet = self._version if known is None or known.unplaced else 0
+        return (serving_version, fleet, len(self.applied), len(self._pruned), *versions)
 
     def serving_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A watch event of a serving: passes read it here, not from the API server."""
