@@ -6,7 +6,8 @@ Figures, one module each (their docstrings say exactly what is timed and against
 
 1. ``convergence``  — N servings through nvlfleet ÷ the same children applied by a plain client with the
    operator's concurrency (N = 50, 200, 1,000; 3 repeats each, median and min–max; the serial client beside).
-2. ``steadystate``  — operator RSS, CPU and writes per minute with 1,000 servings and their pods, idle.
+2. ``steadystate``  — operator RSS (and its growth per 100 servings), CPU, reads, writes and passes per minute
+   with 1,000 servings and their pods, idle; a restart on the unchanged fleet; writes per new serving.
 3. ``placement``    — planner time for 1,000 groups on 100 racks and 10,000 groups on 1,000 racks; placement
    quality on the real scheduler (``compare_placement``: nvlfleet, LWS exclusive topology, plain pod affinity,
    Kueue topology-aware scheduling), and the offline model of it (``placement``/``baselines``, rows "model").
@@ -314,21 +315,71 @@ class Bench:
         if prof is not None:
             self.profile_note(f"start-up with {n} servings", out)
         self.raw["steady"] = dataclasses.asdict(r)
+        self.steady_rows(r)
+        if r.startup_seconds is None:
+            self.notes.append(
+                f"steady state: nvlfleet had not reconciled all {n} servings within the {s.steady_startup_cap:.0f} s "
+                "start-up cap, so the window measures it still catching up, not idle"
+            )
+        if r.restart_seconds is None:
+            self.notes.append(
+                f"steady state: after the restart nvlfleet had not passed all {n} servings within "
+                f"{s.steady_startup_cap:.0f} s, so restart_confirm_seconds_{n} is null"
+            )
+        if r.writes_per_new_serving is None:
+            self.notes.append(
+                f"steady state: the {r.new_servings} new servings were not all Ready within "
+                f"{s.steady_startup_cap:.0f} s, so writes_per_new_serving is null"
+            )
+        if r.rss_mib_empty is None:
+            self.notes.append("steady state: the operator without servings never answered, so no memory growth")
+        self.summary[f"operator_rss_mib_{n}"] = round(r.rss_mib, 1)
+        self.summary[f"operator_cpu_cores_idle_{n}"] = round(r.cpu_cores, 4)
+        self.summary[f"idle_writes_per_minute_{n}"] = round(r.writes_per_minute, 2)
+        self.summary[f"idle_cpu_cores_{n}"] = round(r.cpu_cores, 4)
+        self.summary[f"idle_reads_per_minute_{n}"] = round(r.reads_per_minute, 1)
+        self.summary[f"idle_passes_per_minute_{n}"] = round(r.passes_per_minute, 1)
+        self.summary[f"restart_confirm_seconds_{n}"] = _round(r.restart_seconds, 1)
+        self.summary[f"restart_writes_{n}"] = r.restart_writes if r.restart_seconds is not None else None
+        self.summary["writes_per_new_serving"] = _round(r.writes_per_new_serving, 2)
+        growth = r.rss_growth_mib_per_100
+        self.summary[f"operator_rss_mib_empty_fleet_{n}"] = _round(r.rss_mib_empty, 1)
+        self.summary["operator_rss_growth_mib_per_100_servings"] = _round(growth, 2)
+        if growth is not None and r.rss_mib_empty is not None:
+            predicted = r.rss_mib_empty + growth * PREDICTED_SERVINGS / 100
+            self.summary[f"operator_rss_mib_predicted_{PREDICTED_SERVINGS}"] = round(predicted, 0)
+            self.notes.append(
+                f"prediction, not a measurement: operator RSS at {PREDICTED_SERVINGS:,} servings ≈ {predicted:.0f} MiB "
+                f"(linear model from this run: {r.rss_mib_empty:.0f} MiB with the {self.sizes.racks} racks' nodes and "
+                f"no serving, + {growth:.1f} MiB per 100 servings measured up to {n:,}; the nodes a larger fleet "
+                "brings are not in it)"
+            )
+
+    def steady_rows(self, r: Any) -> None:
         f = "2 steady state"
-        self.rows.append(report.Row(f, f"operator RSS, {n:,} servings + pods", "MiB", r.rss_mib))
-        self.rows.append(report.Row(f, f"operator CPU over {r.window_seconds:.0f} s idle", "cores", r.cpu_cores))
+        n = r.servings
+        load = f" (load {machine.load_average():.1f})"
+        self.rows.append(report.Row(f, f"operator RSS, {n:,} servings + pods", "MiB", r.rss_mib, goal=_at_most(200)))
+        if r.rss_mib_empty is not None:
+            self.rows.append(report.Row(f, "operator RSS, same nodes, no serving", "MiB", r.rss_mib_empty))
+            self.rows.append(report.Row(f, "operator RSS growth per 100 servings", "MiB", r.rss_growth_mib_per_100))
+        self.rows.append(
+            report.Row(
+                f, f"operator CPU over {r.window_seconds:.0f} s idle{load}", "cores", r.cpu_cores, goal=_at_most(0.05)
+            )
+        )
         self.rows.append(
             report.Row(f, "writes per minute, idle", "", r.writes_per_minute, goal=_at_most(0, on="value"))
         )
-        self.rows.append(report.Row(f, "reads per minute, idle", "", r.reads_per_minute))
+        self.rows.append(report.Row(f, "reads per minute, idle", "", r.reads_per_minute, goal=_at_most(60)))
         self.rows.append(
             report.Row(
                 f,
                 "reconcile passes per minute, idle",
                 "",
                 r.passes_per_minute,
-                n * 60 / steadystate.RECHECK_SECONDS,
-                f"one re-check per serving per {steadystate.RECHECK_SECONDS:g} s",
+                n * 60 / steadystate_recheck(),
+                f"one re-check per serving per {steadystate_recheck():g} s",
             )
         )
         self.rows.append(
@@ -340,19 +391,40 @@ class Bench:
                 at_least=r.startup_seconds is None,
             )
         )
-        if r.startup_seconds is None:
-            self.notes.append(
-                f"steady state: nvlfleet had not reconciled all {n} servings within the {s.steady_startup_cap:.0f} s "
-                "start-up cap, so the window measures it still catching up, not idle"
+        self.rows.append(
+            report.Row(
+                f,
+                f"restart → every serving confirmed, nothing changed{load}",
+                "s",
+                r.restart_seconds,
+                goal=_at_most(30),
+                at_least=r.restart_seconds is None,
             )
-        self.summary[f"operator_rss_mib_{n}"] = round(r.rss_mib, 1)
-        self.summary[f"operator_cpu_cores_idle_{n}"] = round(r.cpu_cores, 4)
-        self.summary[f"idle_writes_per_minute_{n}"] = round(r.writes_per_minute, 2)
+        )
+        self.rows.append(report.Row(f, "restart: writes", "", r.restart_writes, goal=_at_most(0, on="value")))
+        self.rows.append(report.Row(f, "restart: reads", "", r.restart_reads))
+        self.rows.append(
+            report.Row(
+                f,
+                f"writes per new serving (mean of {r.new_servings})",
+                "",
+                r.writes_per_new_serving,
+                2,
+                "plain SSA client: LeaderWorkerSet + Service",
+                _at_most(4, on="value"),
+            )
+        )
 
     def close(self, keep: bool) -> None:
         if self.cluster is not None and not keep:
             self.say("    stopping the benchmark cluster")
             self.cluster.down()
+
+
+def steadystate_recheck() -> float:
+    import steadystate
+
+    return steadystate.RECHECK_SECONDS
 
 
 def _at_most(limit: float, on: str = "value") -> report.Goal:
@@ -366,6 +438,8 @@ def _float(value: object) -> float | None:
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
+
+PREDICTED_SERVINGS = 10_000  # the memory model's prediction (a note, labelled as such)
 
 REQUIRED = (
     "convergence_ratio_n50",
@@ -385,6 +459,11 @@ REQUIRED = (
     "split_groups_nvlfleet",
     "telemetry_cpu_cores_1000_targets",
     "gauge_staleness_seconds_p99",
+    "idle_cpu_cores_1000",
+    "idle_reads_per_minute_1000",
+    "restart_confirm_seconds_1000",
+    "restart_writes_1000",
+    "writes_per_new_serving",
 )
 
 

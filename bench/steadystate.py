@@ -1,7 +1,7 @@
 """Figure 2, steady state: the operator's memory and CPU with 1,000 servings and their pods, and its idle writes.
 
-On the benchmark cluster (``benchcluster``), with a fleet of single-tray GB200 groups (one pod per serving, so
-1,000 servings fit 56 racks):
+On the benchmark cluster (``benchcluster``), with a fleet of single-tray GB200 groups without a router (one pod per
+serving, so 1,000 servings fit 56 racks):
 
 1. **Seed** the fleet as nvlfleet would have left it, without waiting for nvlfleet to build it serving by serving
    (figure 1 measures that): the servings are created, and for each one ``reconciler.reconcile`` — the
@@ -20,6 +20,15 @@ On the benchmark cluster (``benchcluster``), with a fleet of single-tray GB200 g
 
 If start-up does not finish within its time cap the window is measured anyway, and the result says so: the
 operator was still catching up, so the window shows its cost under load rather than idle.
+4. **Restart**: the operator is stopped and a new one started on the same, unchanged fleet. Measured: seconds
+   until it has passed every serving once (its own pass counter reaches the fleet) — every serving confirmed —
+   and the writes it made meanwhile (the goal is none: each pass compares with the watched children and status).
+5. **New servings**: ``NEW_SERVINGS`` more servings are created on the spare trays and the benchmark waits until
+   each one reports Ready; the operator's writes meanwhile ÷ their number is the writes one new serving costs (a
+   plain server-side-apply client writes its two children: the LeaderWorkerSet and the Service).
+6. **Memory growth**: the operator's RSS with the same fleet of nodes and no serving (measured before the seed,
+   once it has listed everything) next to its RSS with every serving, so the growth per 100 servings is printed
+   and a larger fleet can be predicted on paper.
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ RECHECK_SECONDS = 60.0
 PASSES = metric_names.RECONCILE_DURATION + "_count"
 
 
+NEW_SERVINGS = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class Result:
     servings: int
@@ -60,10 +72,26 @@ class Result:
     passes_per_minute: float
     cpu_cores: float
     rss_mib: float
+    rss_mib_empty: float | None = None  # the same fleet of nodes, no serving
+    restart_seconds: float | None = None  # None: not every serving passed within the cap
+    restart_writes: float | None = None
+    restart_reads: float | None = None
+    new_servings: int = 0
+    writes_per_new_serving: float | None = None  # None: the new servings were not all Ready within the cap
+
+    @property
+    def rss_growth_mib_per_100(self) -> float | None:
+        if self.rss_mib_empty is None or self.servings == 0:
+            return None
+        return (self.rss_mib - self.rss_mib_empty) * 100 / self.servings
 
 
 def serving(name: str) -> dict[str, Any]:
-    return convergence.serving(name, groups=1, nodes_per_group=1)
+    """One single-tray group without a router: the children a plain client would write too (the LeaderWorkerSet
+    and its Service), so writes per new serving compare with its 2."""
+    body = convergence.serving(name, groups=1, nodes_per_group=1)
+    body["spec"]["router"] = {"enabled": False}
+    return body
 
 
 def seed(cluster: benchcluster.BenchCluster, namespace: str, count: int, workers: int = 8) -> float:
@@ -121,8 +149,9 @@ def measure(
 ) -> Result:
     """See the module docstring. ``profile(pid)`` (a started profiler with ``stop()``) records the operator's
     start-up only, so the idle window's CPU is the operator's alone."""
-    seed_seconds = seed(cluster, namespace, count)
     identity = cluster.identity("operator")
+    empty = _empty_rss(cluster, identity, namespace, log_dir)
+    seed_seconds = seed(cluster, namespace, count)
     port = _free_port()
     command = cluster.operator_command(identity, [namespace], recheck_seconds=RECHECK_SECONDS, metrics_port=port)
     before = cluster.requests()
@@ -138,12 +167,8 @@ def measure(
     profiler = profile(operator.pid) if profile is not None else None
     try:
         started = time.monotonic()
-        startup: float | None = None
-        while time.monotonic() - started < startup_cap:
-            if watcher.reached_at is not None and _passes(port) >= count:
-                startup = time.monotonic() - started
-                break
-            time.sleep(1.0)
+        startup = _until(lambda: watcher.reached_at is not None and _passes(port) >= count, startup_cap)
+        startup = None if startup is None else startup - started
         if profiler is not None:
             profiler.stop()
         time.sleep(2.0)  # let the last status writes of start-up land before the window opens
@@ -160,6 +185,8 @@ def measure(
             profiler.stop()
         watcher.stop()
         operator.stop()
+    restart, restart_writes, restart_reads = _restart(cluster, command, count, port, log_dir, namespace, startup_cap)
+    new = _new_servings(cluster, command, namespace, count, log_dir, startup_cap)
     minutes = usage.wall_seconds / 60
     return Result(
         servings=count,
@@ -172,15 +199,113 @@ def measure(
         passes_per_minute=passes / minutes,
         cpu_cores=usage.cores,
         rss_mib=rss,
+        rss_mib_empty=empty,
+        restart_seconds=restart,
+        restart_writes=restart_writes,
+        restart_reads=restart_reads,
+        new_servings=NEW_SERVINGS,
+        writes_per_new_serving=new,
     )
+
+
+def _until(done: Callable[[], bool], cap: float) -> float | None:
+    """The monotonic time ``done()`` first held, polled every 0.5 s; None if it did not within ``cap`` seconds."""
+    started = time.monotonic()
+    while time.monotonic() - started < cap:
+        if done():
+            return time.monotonic()
+        time.sleep(0.5)
+    return None
+
+
+def _empty_rss(cluster: benchcluster.BenchCluster, identity: Any, namespace: str, log_dir: Any) -> float | None:
+    """The operator's RSS with the fleet's nodes and no serving, once it has listed everything (its metrics
+    answer) and settled for a few seconds."""
+    port = _free_port()
+    command = cluster.operator_command(identity, [namespace], recheck_seconds=RECHECK_SECONDS, metrics_port=port)
+    operator = benchcluster.OperatorProcess(command, log_dir / f"operator-{namespace}-empty.log").start()
+    try:
+        if _until(lambda: _metrics(port) is not None, 60) is None:
+            return None
+        time.sleep(10.0)
+        return proc.rss_mib(operator.pid)
+    finally:
+        operator.stop()
+
+
+def _restart(
+    cluster: benchcluster.BenchCluster,
+    command: list[str],
+    count: int,
+    port: int,
+    log_dir: Any,
+    namespace: str,
+    cap: float,
+) -> tuple[float | None, float | None, float | None]:
+    """A new operator on the unchanged fleet: seconds until it passed every serving, its writes and reads."""
+    before = cluster.requests()
+    started = time.monotonic()
+    operator = benchcluster.OperatorProcess(command, log_dir / f"operator-{namespace}-restart.log").start()
+    try:
+        confirmed = _until(lambda: _passes(port) >= count, cap)
+        time.sleep(2.0)  # a write the last passes made lands in the counter
+        after = cluster.requests()
+    finally:
+        operator.stop()
+    writes = after.get("operator-writes", 0.0) - before.get("operator-writes", 0.0)
+    reads = after.get("operator-reads", 0.0) - before.get("operator-reads", 0.0)
+    return (None if confirmed is None else confirmed - started), writes, reads
+
+
+def _new_servings(
+    cluster: benchcluster.BenchCluster, command: list[str], namespace: str, count: int, log_dir: Any, cap: float
+) -> float | None:
+    """Writes per new serving: ``NEW_SERVINGS`` created beside the settled fleet, until each reports Ready."""
+    custom = client.CustomObjectsApi(cluster.admin)
+    operator = benchcluster.OperatorProcess(command, log_dir / f"operator-{namespace}-new.log").start()
+    port = int(command[command.index("--metrics-port") + 1])
+    try:
+        if _until(lambda: _passes(port) >= count, cap) is None:
+            return None
+        time.sleep(2.0)
+        fresh = [f"new-{i:02d}" for i in range(NEW_SERVINGS)]
+        watcher = convergence.ReadyWatch(
+            lambda **kw: custom.list_namespaced_custom_object(
+                convergence.GROUP, convergence.VERSION, namespace, convergence.PLURAL, **kw
+            ),
+            convergence.serving_ready,
+            count + NEW_SERVINGS,
+        ).start()
+        try:
+            before = cluster.requests()
+            for name in fresh:
+                custom.create_namespaced_custom_object(
+                    convergence.GROUP, convergence.VERSION, namespace, convergence.PLURAL, serving(name)
+                )
+            if _until(lambda: watcher.reached_at is not None, cap) is None:
+                return None
+            time.sleep(5.0)  # anything the last passes still write (a status, an event) is counted
+            after = cluster.requests()
+        finally:
+            watcher.stop()
+    finally:
+        operator.stop()
+    return (after.get("operator-writes", 0.0) - before.get("operator-writes", 0.0)) / NEW_SERVINGS
+
+
+def _metrics(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text: str = response.read().decode()
+            return text
+    except OSError:
+        return None
 
 
 def _passes(port: int) -> float:
     """Reconcile passes so far, from the operator's own /metrics."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
+    text = _metrics(port)
+    if text is None:
         return 0.0
     return sum(float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith(PASSES + " "))
 

@@ -43,12 +43,12 @@ UNUSED_ON_THIS_CLUSTER = {
     # (test_operator.py proves the missing API is reported instead).
     **{
         (verb, "monitoring.coreos.com/podmonitors"): "no PodMonitor API here"
-        for verb in ("get", "list", "create", "patch", "delete")
+        for verb in ("get", "list", "watch", "create", "patch", "delete")
     },
     # KEDA's CRD is installed only by `python -m localcluster keda up`, which this test does not run.
     **{
         (verb, "keda.sh/scaledobjects"): "no ScaledObject API here"
-        for verb in ("get", "list", "create", "patch", "delete")
+        for verb in ("get", "list", "watch", "create", "patch", "delete")
     },
 }
 CLUSTER_SCOPED = {"/nodes", "/namespaces", "apiextensions.k8s.io/customresourcedefinitions"}

@@ -37,6 +37,16 @@ def test_a_decodable_but_deep_document_is_cut_too() -> None:
     assert cut_at == ".".join(["a"] * nesting.MAX_DEPTH)
 
 
+def test_a_core_v1_watch_event_is_not_walked_its_schema_bounds_its_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    walked: list[object] = []
+    monkeypatch.setattr(nesting, "cut", walked.append)
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"ports": [{"x": 1}]}] * 40}}
+    decoding.loads(json.dumps({"type": "MODIFIED", "object": pod}))
+    assert walked == []
+    decoding.loads(json.dumps({"type": "MODIFIED", "object": {**pod, "apiVersion": "nvlfleet.io/v1alpha1"}}))
+    assert len(walked) == 1  # a custom resource can nest as deep as its author likes
+
+
 def test_brackets_inside_strings_do_not_count_as_depth() -> None:
     text = json.dumps({"s": "{[" * 5000, "t": ['"\\{']})
     assert nesting.cut_text(text) == text

@@ -143,13 +143,28 @@ def test_a_standby_lets_kopf_patch_nothing_and_runs_no_pass(
     assert (recorded, standby.passes, standby.events.qsize()) == ([], [], 0)
 
 
-def test_a_leader_given_the_same_event_runs_the_pass_and_kopf_stores_its_diff_base(
+def test_a_leader_given_the_same_event_runs_the_pass_and_kopf_patches_nothing(
     recorded: list[dict[str, Any]],
 ) -> None:
     leader = Replica(leading=True)
     run_events(leader, ("ADDED", serving()))
-    assert leader.passes == [inventory.ServingKey("team-a", "chat")]
-    assert [DIFF_BASE in (patch.get("metadata") or {}).get("annotations", {}) for patch in recorded] == [True]
+    assert (leader.passes, recorded) == ([inventory.ServingKey("team-a", "chat")], [])
+
+
+def test_kopf_keeps_the_diff_base_in_memory_so_a_status_write_runs_no_second_pass(
+    recorded: list[dict[str, Any]],
+) -> None:
+    leader = Replica(leading=True)
+    written = {**serving(), "status": {"ready": 1}}
+    written["metadata"] = {**written["metadata"], "resourceVersion": "2"}
+    run_events(leader, ("ADDED", serving()), ("MODIFIED", written))
+    assert (leader.passes, recorded) == ([inventory.ServingKey("team-a", "chat")], [])
+
+
+def test_a_spec_change_runs_a_pass_again(recorded: list[dict[str, Any]]) -> None:
+    leader = Replica(leading=True)
+    run_events(leader, ("ADDED", serving()), ("MODIFIED", serving(groups=3)))
+    assert leader.passes == [inventory.ServingKey("team-a", "chat")] * 2
 
 
 def test_a_standby_knows_every_watched_serving_from_its_watch_though_it_acted_on_none(

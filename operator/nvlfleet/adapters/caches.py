@@ -1,14 +1,17 @@
 """What the operator keeps of its watches: nodes, GPU pods and nvlfleet's LeaderWorkerSets trimmed to the fields
-the planner reads, and this process's own LeaderWorkerSet writes the watch has not delivered yet.
+the planner reads, every serving's children, and this process's own writes the watch has not delivered yet.
 
 Adapter, at the *read* step of the data flow (inventory + spec → validate → plan → …): kopf's indexes (see
-``nvlfleet.adapters.main``) hold these trimmed objects, so a thousand nodes cost a few hundred bytes each, and a
-pass reads them instead of listing the fleet from the API server. ``Written`` gives the pass read-your-writes
-over the LeaderWorkerSet index: two servings placed back to back never count a tray twice.
+``nvlfleet.adapters.main``) hold these objects, so a thousand nodes cost a few hundred bytes each, and a pass
+reads them instead of listing the fleet or its own children from the API server. ``Written`` gives the pass
+read-your-writes over an index: two servings placed back to back never count a tray twice, and a pass right
+after an apply sees what it applied. ``DiffBases`` is what kopf would otherwise write on every serving as an
+annotation (see ``nvlfleet.adapters.main``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -144,9 +147,13 @@ def trim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# One index of each child kind, by (namespace, serving): a pass reads its children there, not from the API server.
+CHILD_INDEXES: Mapping[str, str] = {kind.kind: f"children_{kind.plural}" for kind in names.CHILD_KINDS}
+
+
 class Written:
-    """LeaderWorkerSets this process applied that its watch has not delivered yet: read-your-writes over the
-    ``fleet_lws`` index.
+    """Objects this process applied that its watch has not delivered yet: read-your-writes over an index (the
+    ``fleet_lws`` index, or a serving's children).
 
     Where a pass puts new groups depends on every other serving's groups. The index lags the API server by a
     watch round trip, and two servings are often placed back to back; without this, the second could count the
@@ -156,7 +163,7 @@ class Written:
     """
 
     def __init__(self) -> None:
-        self._sets: dict[tuple[str, str], dict[str, Any]] = {}
+        self._sets: dict[tuple[str, str, str], dict[str, Any]] = {}
         # Passes note and merge in worker threads while watch events arrive on the event loop.
         self._lock = threading.Lock()
 
@@ -180,8 +187,16 @@ class Written:
             if _caught_up(watched, mine) or (deleted and same):
                 del self._sets[key]
 
-    def merged(self, indexed: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        """The index's LeaderWorkerSets, each replaced by this process's newer write where the index lags."""
+    def merged(
+        self,
+        indexed: Iterable[Mapping[str, Any]],
+        *,
+        kind: str | None = None,
+        namespace: str | None = None,
+        serving: str | None = None,
+    ) -> list[Mapping[str, Any]]:
+        """The index's objects, each replaced by this process's newer write where the index lags, and the writes
+        it does not hold yet (only those of ``kind``, in ``namespace``, labelled as ``serving``'s, where given)."""
         fleet: list[Mapping[str, Any]] = []
         listed = set()
         with self._lock:
@@ -193,13 +208,20 @@ class Written:
                     del self._sets[key]
                     mine = None
                 fleet.append(obj if mine is None else mine)
-            fleet += [obj for key, obj in self._sets.items() if key not in listed]
+            fleet += [
+                obj
+                for key, obj in self._sets.items()
+                if key not in listed
+                and kind in (None, key[0])
+                and namespace in (None, key[1])
+                and serving in (None, ((obj.get("metadata") or {}).get("labels") or {}).get(names.SERVING_LABEL))
+            ]
         return fleet
 
 
-def _ident(obj: Mapping[str, Any]) -> tuple[str, str]:
+def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return (str(obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def _caught_up(watched: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
@@ -209,3 +231,60 @@ def _caught_up(watched: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
     if isinstance(seen, str) and isinstance(mine, str) and seen.isdigit() and mine.isdigit():
         return int(seen) >= int(mine)
     return seen == mine
+
+
+def child_key(namespace: str | None, labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """The key a child is indexed under: its namespace and the serving its label names (None without one)."""
+    serving = labels.get(names.SERVING_LABEL)
+    return (namespace, serving) if namespace and serving else None
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Packed:
+    """A watched object kept as compact JSON, with the fields compared without decoding it (kind, uid,
+    resourceVersion): a thousand servings' children and the servings themselves, whole (a pass compares every
+    field nvlfleet renders, and ``managedFields``), cost their JSON text rather than five to ten times as much in
+    Python dicts. A pass decodes only its own serving's (``unpack``: a fresh copy, so no pass can alter the cache)."""
+
+    __slots__ = ("kind", "resource_version", "text", "uid")
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        self.kind = str(body.get("kind") or "")
+        self.uid = str(meta.get("uid") or "")
+        self.resource_version = str(meta.get("resourceVersion") or "")
+        self.text = json.dumps(dict(body), separators=(",", ":"))  # kopf.Body is a Mapping, not a dict
+
+    def unpack(self) -> dict[str, Any]:
+        decoded: dict[str, Any] = json.loads(self.text)
+        return decoded
+
+
+class DiffBases:
+    """The last handled essence of each serving (kopf's diff base), in this process's memory, as compact JSON.
+
+    kopf compares a serving's essence (spec, labels, annotations) with the stored one to tell a spec change from a
+    status write. Its default stores it in an annotation: one more write on every new or changed serving. Every
+    nvlfleet handler decides from the cluster as it is (create, update and resume run the same pass), so the diff
+    base only has to last as long as the process: after a restart kopf finds none and runs the pass as for a new
+    serving, which writes nothing when the fleet already matches.
+    """
+
+    def __init__(self) -> None:
+        self._bases: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+    def fetch(self, uid: str) -> Any:
+        text = self._bases.get(uid)
+        return None if text is None else json.loads(text)
+
+    def store(self, uid: str, essence: Mapping[str, Any]) -> None:
+        self._bases[uid] = json.dumps(essence, separators=(",", ":"), sort_keys=True)
+
+    def forget(self, uid: str) -> None:
+        self._bases.pop(uid, None)

@@ -33,9 +33,20 @@ def loads(text: str | bytes | bytearray) -> Any:
         raw = text if isinstance(text, str) else bytes(text).decode("utf-8")
         log.warning("a JSON document from the API server nests too deep to decode; cut at %d levels", nesting.MAX_DEPTH)
         return json.loads(nesting.cut_text(raw))
-    if isinstance(decoded, dict | list) and _brackets(text) > nesting.MAX_DEPTH:
+    if isinstance(decoded, dict | list) and _brackets(text) > nesting.MAX_DEPTH and not _typed(decoded):
         nesting.cut(decoded)  # decodable, but deep enough to stop a recursive walk further on (kopf's diff)
     return decoded
+
+
+def _typed(decoded: dict[str, Any] | list[Any]) -> bool:
+    """Whether the document is a core/v1 object, list or watch event of one (a pod, a node, a Service, an Event):
+    every core/v1 field has a type (no free-form JSON but in the generic ``List``), so its depth is bounded by
+    its schema, far below ``nesting.MAX_DEPTH``. Walking every pod event anyway cost twice its decoding (a pod
+    has more than 64 brackets in all)."""
+    if not isinstance(decoded, dict):
+        return False
+    obj = decoded.get("object") if "type" in decoded and isinstance(decoded.get("object"), dict) else decoded
+    return isinstance(obj, dict) and obj.get("apiVersion") == "v1" and obj.get("kind") not in (None, "List")
 
 
 def _brackets(text: str | bytes | bytearray) -> int:

@@ -9,7 +9,7 @@ probe and activity (a shallow copy per object, so all of them share the one oper
 * **Who builds the operator.** ``nvlfleet run`` builds it from its flags (``nvlfleet.commands.run``) and starts
   kopf with ``memo=kopf.Memo(operator=...)``. ``kopf run -m nvlfleet.adapters.main`` works too: its memo is
   empty, and ``startup`` builds the operator from ``Config.from_env`` (``NVLFLEET_*`` settings).
-* **Nodes, GPU pods and nvlfleet's LeaderWorkerSets are watched through kopf indexes** (informer caches that
+* **Nodes, GPU pods, DeepSeekServings and nvlfleet's children are watched through kopf indexes** (informer caches that
   kopf fills before any handler runs), each object trimmed and parsed once per watch event
   (``nvlfleet.adapters.caches``): parsing a thousand nodes on every pass was a quarter of the operator's CPU.
   Watch events nudge the servings they affect (``nvlfleet.adapters.nudges``). With ``--namespace``, kopf watches
@@ -18,11 +18,11 @@ probe and activity (a shallow copy per object, so all of them share the one oper
 * **Leader election** is a ``coordination.k8s.io`` Lease (``nvlfleet.adapters.election``), which fences the
   operator's writes; kopf's own peering is switched off (it pauses operators by priority but does not elect). A
   standby runs all of this, warm, and writes nothing: kopf writes on a DeepSeekServing only around its changing
-  handlers (the diff-base annotation once they succeed, progress annotations when one fails or is retried, the
-  finalizer when one requires it — none does: ``forget`` is optional), and every one of them is filtered out while
-  this replica does not lead (``_reconciled``), so kopf is blind to the serving: it runs no handler, stores nothing
-  and does not count the serving as handled, so it still resumes it later. The ``servings`` index, filled on a
-  standby too, is how the new leader knows which servings to reconcile the moment it takes over
+  handlers (progress annotations when one fails or is retried, the finalizer when one requires it — none does:
+  ``forget`` is optional; its diff base is kept in memory, ``_FencedDiffBases``), and every one of them is filtered
+  out while this replica does not lead (``_reconciled``), so kopf is blind to the serving: it runs no handler,
+  stores nothing and does not count the serving as handled, so it still resumes it later. The ``servings`` index,
+  filled on a standby too, is how the new leader knows which servings to reconcile the moment it takes over
   (``Operator.take_over``). A handler that raised ``kopf.TemporaryError`` while standing by would not do: kopf
   records the retry in a progress annotation and touches the object while it waits.
 * **The admission webhook** (``nvlfleet.adapters.webhook``) is registered at start-up, with its server, only when
@@ -48,7 +48,15 @@ from nvlfleet.core import inventory
 log = logging.getLogger("nvlfleet")
 
 DSS = (names.GROUP, names.VERSION, names.PLURAL)
-INDEXES = ("fleet_nodes", "gpu_pods", "bound_gpu_pods", "fleet_lws", "servings", "live_servings")
+INDEXES = (
+    "fleet_nodes",
+    "gpu_pods",
+    "bound_gpu_pods",
+    "fleet_lws",
+    "servings",
+    "live_servings",
+    *caches.CHILD_INDEXES.values(),
+)
 
 
 def _operator(memo: Any) -> Operator:
@@ -61,23 +69,50 @@ def _operator(memo: Any) -> Operator:
 # Start-up and background tasks
 
 
-class _FencedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's diff-base annotation, written only on servings this replica reconciles, and only while it may write.
+class _FencedDiffBases(kopf.DiffBaseStorage):
+    """kopf's diff base kept in this process's memory (``caches.DiffBases``, so a new or changed serving costs no
+    annotation write), stored only for servings this replica reconciles, and only while it may write.
 
     kopf stores its diff base on every object one of its handlers matches. The handlers' filter (``_reconciled``)
     keeps kopf off other namespaces' servings (``kopf run`` without ``--namespace`` watches them all, though
     ``NVLFLEET_NAMESPACES`` names some) and off every serving while this replica stands by; this is the same rule
-    again at the moment of writing, for a leader whose Lease lapsed while a handler ran:
-    the diff base is stored after it.
+    again at the moment of storing, for a leader whose Lease lapsed while a handler ran: the diff base is stored
+    after it, and a serving with none is handled again (as new) once this replica leads.
     """
 
-    def __init__(self, op: Operator, *, prefix: str, key: str) -> None:
-        super().__init__(prefix=prefix, key=key)
+    def __init__(self, op: Operator) -> None:
+        super().__init__()
         self._op = op
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        essence: kopf.BodyEssence | None = self._op.diff_bases.fetch(body.metadata.uid or "")
+        return essence
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         if self._op.reconciles(body.metadata.namespace):
-            super().store(body=body, patch=patch, essence=essence)
+            self._op.diff_bases.store(body.metadata.uid or "", essence)
+
+
+class _ProgressAnnotations(kopf.AnnotationsProgressStorage):
+    """kopf's progress annotations (a handler's retries), with kopf's marker annotation written only with them.
+
+    kopf records each handler's progress in the patch, purges it again in the same patch once the handler
+    succeeded, and leaves behind the ``<prefix>/kopf-managed`` marker it added along the way: one write on every
+    new serving for nothing. The marker only has to go with progress annotations that stay."""
+
+    MARKER = "nvlfleet.io/kopf-managed"
+
+    def purge(self, *, key: str, body: kopf.Body, patch: kopf.Patch) -> None:
+        super().purge(key=key, body=body, patch=patch)  # type: ignore[arg-type]
+        meta = patch.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        kept = [k for k, v in annotations.items() if k.startswith("nvlfleet.io/") and k != self.MARKER and v]
+        if self.MARKER in annotations and self.MARKER not in body.metadata.annotations and not kept:
+            del annotations[self.MARKER]
+        if "annotations" in meta and not annotations:
+            del meta["annotations"]  # an empty stanza would still be sent as a patch
+        if "metadata" in patch and not meta:
+            del patch["metadata"]
 
 
 @kopf.on.startup()
@@ -87,10 +122,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
         memo.operator = Operator(Config.from_env())
     op = _operator(memo)
     op.indices = {name: kwargs[name] for name in INDEXES if name in kwargs}
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="nvlfleet.io")
-    settings.persistence.diffbase_storage = _FencedDiffBaseStorage(
-        op, prefix="nvlfleet.io", key="last-handled-configuration"
-    )
+    settings.persistence.progress_storage = _ProgressAnnotations(prefix="nvlfleet.io")
+    settings.persistence.diffbase_storage = _FencedDiffBases(op)
     settings.persistence.finalizer = "nvlfleet.io/finalizer"
     settings.posting.level = logging.WARNING  # kopf's own events only for trouble; nvlfleet posts decisions
     settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.adapters.election
@@ -233,34 +266,49 @@ def live_servings(uid: str, **_: Any) -> dict[None, str]:
 
 
 @kopf.on.event(*DSS)
-async def serving_event(type: str, memo: kopf.Memo, **_: Any) -> None:
-    """A serving appeared or went: the groups counted as held change (status updates change nothing)."""
-    if type in ("ADDED", "DELETED", None):
-        _operator(memo).changed()
-
-
-async def _child_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo) -> None:
-    """A Service or ComputeDomain of a serving changed or went (by hand, by another controller): the serving's
-    pass repairs it in seconds rather than at the next re-check."""
+async def serving_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The serving as last seen, which passes read instead of asking the API server; a serving that appeared or
+    went changes the groups counted as held (status updates change nothing)."""
     op = _operator(memo)
-    serving = labels.get(names.SERVING_LABEL)
-    if serving and namespace and op.watched(namespace):
-        op.nudges.add(inventory.ServingKey(namespace, serving))
+    op.serving_seen(body, deleted=type == "DELETED")
+    if type in ("ADDED", "DELETED", None):
+        op.changed()
 
 
-@kopf.on.event("v1", "services", labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
-async def service_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
-    await _child_event(namespace, labels, memo)
+# _LISTED: a watch event of type None is the object as kopf first listed it (at start-up, or listing again after
+# the watch's resourceVersion expired): it nudges nobody. At start-up kopf runs every serving's own handler (its
+# diff base is in memory, so each serving is new to it), and a thousand servings' children, pods and
+# LeaderWorkerSets listed would otherwise pass each serving two or three times more; a child changed while the
+# watch was away has a new resourceVersion, which the serving's next re-check sees (``Operator.inputs``).
 
 
-@kopf.on.event(
-    names.COMPUTE_DOMAIN.group,
-    names.COMPUTE_DOMAIN.version,
-    names.COMPUTE_DOMAIN.plural,
-    labels={names.MANAGED_BY_LABEL: names.MANAGED_BY},
-)
-async def compute_domain_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
-    await _child_event(namespace, labels, memo)
+def _child_index(kind: names.Kind) -> None:
+    """An index of ``kind``'s nvlfleet children by (namespace, serving), and an event handler that nudges the
+    serving when one changes or goes (by hand, by another controller): drift is seen by the watch, so the
+    periodic re-check of a serving whose inputs are unchanged costs nothing (``Operator.recheck_all``)."""
+    resource = (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
+    labels = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
+
+    def index(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        key = caches.child_key(namespace, labels)
+        return {} if key is None else {key: caches.Packed(body)}
+
+    async def event(
+        namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
+    ) -> None:
+        op = _operator(memo)
+        op.child_seen(body, deleted=type == "DELETED")
+        key = caches.child_key(namespace, labels)
+        if key is not None and op.watched(key[0]) and type is not None:  # see _LISTED
+            op.nudges.add(inventory.ServingKey(*key))
+
+    kopf.index(*resource, id=caches.CHILD_INDEXES[kind.kind], labels=labels)(index)
+    if kind != names.LEADER_WORKER_SET:  # lws_event below also nudges, and counts capacity
+        kopf.on.event(*resource, id=f"{kind.plural}_event", labels=labels)(event)
+
+
+for _kind in names.CHILD_KINDS:
+    _child_index(_kind)
 
 
 @kopf.index("nodes")
@@ -301,7 +349,7 @@ async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo:
     op = _operator(memo)
     op.changed()
     serving = (body.get("metadata", {}).get("labels") or {}).get(names.SERVING_LABEL)
-    if serving and namespace and op.watched(namespace):
+    if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED" or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
         op.capacity_freed()
@@ -318,9 +366,10 @@ async def lws_event(
 ) -> None:
     op = _operator(memo)
     op.written.seen(body, deleted=type == "DELETED")
+    op.child_seen(body, deleted=type == "DELETED")
     op.changed()
     serving = labels.get(names.SERVING_LABEL)
-    if serving and namespace and op.watched(namespace):
+    if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))
     if type == "DELETED":
         op.capacity_freed()

@@ -17,12 +17,17 @@ Choices worth knowing:
   two servings planned back to back see each other's LeaderWorkerSets and never over-commit a rack.
 * **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (``recheck_all``)
   writes nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the
-  status with the observed status). nvlfleet's own Events describe decisions.
-* **Reads from the watch caches.** A pass lists only its own serving's children from the API server. Nodes and
-  GPU pods come from kopf's indexes; other servings' LeaderWorkerSets from the index merged with this process's
-  own applies that the watch has not delivered yet (``caches.Written``). What a pass derives from all of them
-  (``reconciler.FleetView``: the inventory, every serving's groups) is computed once and shared until one of them
-  changes, so an idle re-check of a thousand servings does not rebuild it a thousand times.
+  status with the observed status), and runs no pass at all for a serving whose inputs (``inputs``: its own
+  version, the watch caches', its children's) are those of its last pass that changed nothing: drift of a child
+  reaches its watch, which nudges the serving. nvlfleet's own Events describe decisions.
+* **Reads from the watch caches.** A pass reads the serving as last watched (or written), its children from
+  kopf's children indexes (one per child kind), nodes and GPU pods from
+  kopf's indexes, other servings' LeaderWorkerSets from the index — each merged with this process's own applies
+  that the watch has not delivered yet (``caches.Written``). It asks the API server only for the StatefulSet
+  Events, and only while a LeaderWorkerSet is short of ready groups (a refused pod is said only there). What a
+  pass derives from the fleet (``reconciler.FleetView``: the inventory, every serving's groups) is computed once
+  and shared until one of its objects changes, so a thousand passes after a restart do not rebuild it a thousand
+  times.
 * **Fenced writes.** With leader election (``nvlfleet.adapters.election``) the operator is given a ``fence``: a
   standby, and a leader whose last Lease renewal is older than the renew deadline, runs no pass and writes nothing,
   so two replicas never both reconcile. A standby that wins the Lease reconciles every serving at once
@@ -77,7 +82,13 @@ class Operator:
             weakref.WeakValueDictionary()
         )
         self.known: dict[inventory.ServingKey, _Known] = {}
-        self.written = caches.Written()
+        self.written = caches.Written()  # LeaderWorkerSets, over the fleet_lws index
+        self.applied = caches.Written()  # every child, over the children indexes
+        self._pruned: set[str] = set()  # uids this process deleted that the watch still shows
+        self._seen: dict[inventory.ServingKey, caches.Packed] = {}  # each serving as last watched or written
+        # What the last pass that changed nothing read, per serving: the re-check skips it while that still holds.
+        self._settled: dict[inventory.ServingKey, tuple[Any, ...]] = {}
+        self.diff_bases = caches.DiffBases()
         # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
         self._versions = itertools.count(1)
         self._version = 0
@@ -119,10 +130,14 @@ class Operator:
         api = self._api()
         async with self._serving_lock(key), self.passes:
             with self.metrics.reconciling(key.namespace, key.name):
-                serving = await asyncio.to_thread(api.get, names.DEEPSEEK_SERVING, key.namespace, key.name)
+                packed = self._seen.get(key)
+                serving = packed.unpack() if packed is not None else None
+                if serving is None:  # not watched yet (or no watch at all): ask
+                    serving = await asyncio.to_thread(api.get, names.DEEPSEEK_SERVING, key.namespace, key.name)
                 if serving is None:
                     self.forget(key)
                     return None
+                inputs = self.inputs(key, caches.resource_version(serving))
                 snap = await asyncio.to_thread(self._observe, api, serving)
                 snap, decision, checked = await self._decide(api, serving, snap, frozenset())
                 if decision.places_groups:
@@ -137,6 +152,8 @@ class Operator:
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
+        elif not decision.writes and not snap.events and inputs is not None:
+            self._settled[key] = inputs  # (a pass that needed the Events is not settled: they are not watched)
         return decision
 
     async def _decide(
@@ -230,14 +247,14 @@ class Operator:
             k.kind for k in names.CHILD_KINDS if k in names.BUILTIN_CHILD_KINDS or self._is_served(api, k)
         )
         selector = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.SERVING_LABEL: name}
-        children: list[dict[str, Any]] = []
+        children: list[Mapping[str, Any]] = []
         # A name longer than a label value cannot label a child, so none exists, and the API server would refuse
         # the selector itself (400): skip the lists, and the reconciler reports the name as InvalidSpec.
         labelable = len(name) <= LABEL_VALUE_MAX
         for kind in names.CHILD_KINDS:
             if kind.kind in served and labelable:
-                children += api.list_objects(kind, namespace, selector)
-        events = self._statefulset_events(api, namespace) if labelable and children else []
+                children += self._children(api, kind, namespace, name, selector)
+        events = self._statefulset_events(api, namespace) if labelable and _short_of_pods(children) else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
             serving=serving,
@@ -249,6 +266,50 @@ class Operator:
             prometheus_address=self.config.prometheus_address,
         )
         return self._cached(snap)
+
+    def _children(
+        self, api: kube.Api, kind: names.Kind, namespace: str, name: str, selector: Mapping[str, str]
+    ) -> list[Mapping[str, Any]]:
+        """The serving's children of ``kind``: from the watch's index (with this process's applies it has not
+        delivered yet, without what it deleted), else — no index, as outside kopf — listed."""
+        index = self.indices.get(caches.CHILD_INDEXES[kind.kind])
+        if index is None:
+            return list(api.list_objects(kind, namespace, selector))
+        indexed = [c.unpack() for c in index.get((namespace, name), ()) if c.uid not in self._pruned]
+        return self.applied.merged(indexed, kind=kind.kind, namespace=namespace, serving=name)
+
+    def inputs(self, key: inventory.ServingKey, serving_version: str) -> tuple[Any, ...] | None:
+        """What a pass of ``key`` reads, as versions: the serving's, the watch caches' (nodes, GPU pods,
+        LeaderWorkerSets: ``changed``) while some of its groups are unplaced, and each child's. None without the
+        children indexes (as outside kopf): nothing to compare, so every re-check runs the pass."""
+        if not all(i in self.indices for i in caches.CHILD_INDEXES.values()):
+            return None
+        children: list[caches.Packed] = [
+            c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
+        ]
+        versions = sorted((c.kind, c.resource_version) for c in children)
+        # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
+        # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
+        known = self.known.get(key)
+        fleet = self._version if known is None or known.unplaced else 0
+        return (serving_version, fleet, len(self.applied), len(self._pruned), *versions)
+
+    def serving_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A watch event of a serving: passes read it here, not from the API server."""
+        meta = body.get("metadata") or {}
+        key = inventory.ServingKey(meta.get("namespace") or "default", str(meta.get("name")))
+        if deleted:
+            self._seen.pop(key, None)
+            self._settled.pop(key, None)
+            self.diff_bases.forget(str(meta.get("uid") or ""))
+        elif self.watched(key.namespace) and _newer(caches.resource_version(body), self._seen.get(key)):
+            self._seen[key] = caches.Packed(body)
+
+    def child_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A watch event of a child: it supersedes what this process wrote (``applied``, ``_pruned``)."""
+        self.applied.seen(body, deleted=deleted)
+        if deleted:
+            self._pruned.discard(_uid(body))
 
     def _statefulset_events(self, api: kube.Api, namespace: str) -> list[dict[str, Any]]:
         """The Events about StatefulSets in ``namespace``: where a pod the API server refuses (Pod Security, quota)
@@ -262,10 +323,11 @@ class Operator:
             return []
 
     def _is_served(self, api: kube.Api, kind: names.Kind) -> bool:
-        """Whether an API is installed; a yes is trusted for a minute, a no is asked again every pass."""
-        answer, at = self._served.get(kind.kind, (False, 0.0))
-        if answer and time.monotonic() - at < 60:
-            return True
+        """Whether an API is installed; a yes is trusted for a minute, a no for a few seconds (a thousand passes
+        after a restart ask once, and an API installed meanwhile is noticed at the next pass after that)."""
+        answer, at = self._served.get(kind.kind, (False, -60.0))
+        if time.monotonic() - at < (60 if answer else 5):
+            return answer
         answer = api.served(kind)
         self._served[kind.kind] = (answer, time.monotonic())
         return answer
@@ -308,13 +370,15 @@ class Operator:
 
     def _apply(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
         """The children: fields other managers set removed first, the LeaderWorkerSets this pass creates tried
-        (dry run) before anything is created — so a refused one leaves no ComputeDomain behind —, then everything
-        applied (LeaderWorkerSets noted in ``caches.Written`` at once), then pruned."""
+        (dry run) before anything is created when the pass also creates ComputeDomains — so a refused one leaves no
+        ComputeDomain behind (without one, nothing is left to clean up, and the dry run would be a write for
+        nothing) —, then everything applied (noted in ``caches.Written`` at once), then pruned."""
         meta = serving["metadata"]
         for obj in decision.replace:
             api.replace(obj)
             log.warning("removed fields other managers set on %s", kube.describe(obj))
-        new_sets = {n for k, n in decision.creates if k == names.LEADER_WORKER_SET.kind}
+        domains = any(k == names.COMPUTE_DOMAIN.kind for k, _ in decision.creates)
+        new_sets = {n for k, n in decision.creates if k == names.LEADER_WORKER_SET.kind} if domains else set()
         applied: list[dict[str, Any]] = []
         for obj in [o for o in decision.apply if o["kind"] == names.LEADER_WORKER_SET.kind]:
             if obj["metadata"]["name"] in new_sets:
@@ -322,12 +386,14 @@ class Operator:
         for obj in decision.apply:
             answer = _refusable(functools.partial(api.apply, obj), obj, applied)
             applied.append(answer)
+            self.applied.note(answer)
             if obj["kind"] == names.LEADER_WORKER_SET.kind:
                 self.written.note(caches.trim_lws(answer))
                 self.changed()
             log.info("applied %s", kube.describe(obj))
         for old in decision.delete:
             if api.delete_child(old, meta["name"], meta.get("uid", "")):
+                self._pruned.add(_uid(old))
                 log.info("deleted %s", kube.describe(old))
 
     def _report(self, api: kube.Api, serving: Mapping[str, Any], decision: reconciler.Decision) -> None:
@@ -335,7 +401,7 @@ class Operator:
         meta = serving["metadata"]
         namespace, name = meta.get("namespace", "default"), meta["name"]
         if decision.status is not None:
-            api.patch_status(names.DEEPSEEK_SERVING, namespace, name, decision.status)
+            self.serving_seen(api.patch_status(names.DEEPSEEK_SERVING, namespace, name, decision.status))
             conditions = " ".join(f"{c['type']}={c['status']}" for c in decision.status["conditions"])
             log.info("status of %s/%s: ready %s, %s", namespace, name, decision.status.get("ready"), conditions)
         for event in decision.events:
@@ -377,6 +443,7 @@ class Operator:
 
     def forget(self, key: inventory.ServingKey) -> None:
         self.known.pop(key, None)
+        self._settled.pop(key, None)
         self.failures.pop(key, None)
         self.status_metrics.pop(key, None)
         self.scraper.remove_serving(key.namespace, key.name)
@@ -462,16 +529,22 @@ class Operator:
         return {*_store(self.indices, "servings"), *self.known}
 
     async def recheck_all(self) -> None:
-        """The periodic level check: a nudge for every serving this process knows, so each pass queues behind the
-        lock like any other and a failed one is retried by the nudger; writes nothing when the fleet matches."""
+        """The periodic level check: a nudge for every serving this process knows whose inputs changed since its
+        last pass changed nothing (``inputs``), so each pass queues behind the lock like any other and a failed one
+        is retried by the nudger. A serving whose inputs hold costs no API call: its children's drift would have
+        reached the watch, and nudged it."""
         for key in self.servings():
-            self.nudges.add(key)
+            settled = self._settled.get(key)
+            serving = self._seen.get(key)
+            if settled is None or serving is None or settled != self.inputs(key, serving.resource_version):
+                self.nudges.add(key)
 
     async def take_over(self) -> None:
         """This replica has just won the Lease: a pass for every serving, at once. While it stood by, its watch saw
         every serving and every change, but it acted on none (kopf's handlers are blind while the fence is down),
         and kopf will not call them again for a serving until that serving changes."""
         log.info("taking over: a pass for each of %d serving(s)", len(self.servings()))
+        self._settled.clear()
         await self.recheck_all()
 
     async def write_status_metrics(self) -> None:
@@ -489,6 +562,30 @@ class Operator:
                     log.warning("could not write telemetry status of %s: %s", key, err)
                 continue
             self.status_metrics[key] = fields
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _newer(mine: str, than: caches.Packed | None) -> bool:
+    """Whether version ``mine`` is a later state than ``than`` (resourceVersions are etcd revisions: integers)."""
+    if than is None:
+        return True
+    theirs = than.resource_version
+    return not (mine.isdigit() and theirs.isdigit()) or int(mine) >= int(theirs)
+
+
+def _short_of_pods(children: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a LeaderWorkerSet among ``children`` has fewer ready groups than it asks for: only then can a pod
+    the API server refused matter, so only then are the (unwatched) StatefulSet Events listed."""
+    for child in children:
+        if child.get("kind") != names.LEADER_WORKER_SET.kind:
+            continue
+        wanted = (child.get("spec") or {}).get("replicas", 1)
+        if (child.get("status") or {}).get("readyReplicas", 0) < wanted:
+            return True
+    return False
 
 
 def _store(indices: Mapping[str, Any], name: str) -> Iterable[Any]:

@@ -34,8 +34,10 @@ Decisions worth knowing:
   because of a typo.
 * **The status is typed** (``servingstatus.DeepSeekServingStatus``, built by ``report``) and written as a merge
   patch of the fields the reconciler owns (``servingstatus.RECONCILED``), only when one of them changed; the
-  telemetry fields are written apart. Events are emitted only for changes (an apply, a prune, a new placement, a
-  condition turning), so a quiet fleet produces none.
+  telemetry fields are written apart. Events are emitted only for decisions that change a running fleet or need
+  a person (an update, a repair, a prune, a move to a new placement, a warning condition, a recovery), so a quiet
+  fleet produces none, and a new serving's rollout is told by its status alone (its children, its placement, its
+  readiness): a new serving costs its children and its status writes, nothing more.
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ def reconcile(snap: Snapshot) -> Decision:
     groups = health.assess(serving, desired, snap.pods, snap.children, inv, plan, snap.events)
     status = report.status(serving, plan, groups, changes.busy, before, snap.now, extra)
     patch = status.merge_patch(servingstatus.RECONCILED)
-    events = [*changes.events(), *report.events(before, status)]
+    events = [*changes.events(first=not before.get("placement")), *report.events(before, status)]
     if review.warnings and before.get("observedGeneration") != serving.metadata.generation:
         # Accepted but will run badly (validation's warnings): said once per generation.
         events.append(report.Event("Warning", reasons.SPEC_WARNING, _join(review.warnings)))
@@ -369,10 +371,13 @@ class _Changes:
         """Whether anything is being applied, deleted or waited for."""
         return bool(self.apply or self.delete or self.replace or self.waiting)
 
-    def events(self) -> list[report.Event]:
+    def events(self, first: bool) -> list[report.Event]:
+        """One Event per decision. ``first``: the serving's first rollout, whose children and placement the status
+        tells (an Event per new serving would be writes that say nothing the status does not)."""
         out = []
-        if self.creates or self.updates:
-            parts = [f"created {_names(self.creates)}"] if self.creates else []
+        creates = [] if first else self.creates
+        if creates or self.updates:
+            parts = [f"created {_names(creates)}"] if creates else []
             parts += [f"updated {_names(self.updates)}"] if self.updates else []
             out.append(report.Event("Normal", reasons.APPLIED, "; ".join(parts)))
         if self.recreates:

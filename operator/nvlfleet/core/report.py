@@ -240,7 +240,8 @@ def _kept_fields(before: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def events(before: Mapping[str, Any], after: servingstatus.DeepSeekServingStatus) -> list[Event]:
-    """Events for what changed between two statuses: a new placement, a condition turning or a new reason."""
+    """Events for what changed between two statuses that a person must hear of: a move to a new placement, a
+    warning condition turning or given a new reason, a recovery. Ready turning True is the status' to tell."""
     old = {c.get("type"): c for c in _old_conditions(before)}
     new = {c.type: c for c in after.conditions}
     out: list[Event] = []
@@ -253,8 +254,8 @@ def events(before: Mapping[str, Any], after: servingstatus.DeepSeekServingStatus
         prev = old.get(ctype)
         return turned(ctype) or (prev is not None and prev.get("message") != new[ctype].message)
 
-    if after.placement and after.placement != before.get("placement"):
-        out.append(Event("Normal", reasons.PLACED, new[reasons.PLACED].message))
+    if after.placement and before.get("placement") and after.placement != before.get("placement"):
+        out.append(Event("Normal", reasons.PLACED, new[reasons.PLACED].message))  # moved: the first is in status
     ready = new[reasons.READY]
     if ready.reason in reasons.FREEZES and said(reasons.READY):
         out.append(Event("Warning", ready.reason, ready.message))
@@ -263,6 +264,4 @@ def events(before: Mapping[str, Any], after: servingstatus.DeepSeekServingStatus
             out.append(Event("Warning", ctype, new[ctype].message))
     if new[reasons.DEGRADED].status == "False" and (old.get(reasons.DEGRADED) or {}).get("status") == "True":
         out.append(Event("Normal", reasons.RECOVERED, "every placed group is healthy again"))
-    if ready.status == "True" and turned(reasons.READY):
-        out.append(Event("Normal", reasons.READY, ready.message))
     return out

@@ -1,0 +1,193 @@
+"""The idle re-check is free: a pass reads the serving and its children from the watch, a pass that changed
+nothing marks the serving settled, and the periodic re-check runs no pass (asks the API server nothing) for a
+settled serving until one of its inputs — its own version, a watched child's, the fleet's — changes."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from nvlfleet.adapters import caches, main, operator
+from nvlfleet.adapters.config import Config
+from nvlfleet.core import inventory
+from support import fleetbuilder as fb
+from support import servingbuilder as sb
+
+KEY = inventory.ServingKey("llm", "dsv41")
+
+
+class FakeApi:
+    """The API server's answers to a pass, counting every call: writes land in ``children`` / ``serving``."""
+
+    def __init__(self, serving: dict[str, Any]) -> None:
+        self.serving = serving
+        self.calls: list[str] = []
+        self.children: dict[tuple[str, str], dict[str, Any]] = {}
+        self._versions = itertools.count(10)
+
+    def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("get")
+        return copy.deepcopy(self.serving)
+
+    def served(self, kind: Any) -> bool:
+        self.calls.append("served")
+        return True
+
+    def list_objects(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        self.calls.append("list")
+        return []
+
+    def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        self.calls.append("apply")
+        stored = copy.deepcopy(dict(obj))
+        stored["metadata"].update(uid=f"uid-{obj['metadata']['name']}", resourceVersion=str(next(self._versions)))
+        if stored["kind"] == "LeaderWorkerSet":  # every group up, as the controller would report
+            stored["status"] = {"readyReplicas": stored["spec"]["replicas"]}
+        if not dry_run:
+            self.children[(stored["kind"], stored["metadata"]["name"])] = stored
+        return stored
+
+    def patch_status(self, kind: Any, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls.append("patch_status")
+        self.serving["status"] = {**self.serving.get("status", {}), **status}
+        self.serving["metadata"]["resourceVersion"] = str(next(self._versions))
+        return copy.deepcopy(self.serving)
+
+    def emit_event(self, *args: Any) -> None:
+        self.calls.append("event")
+
+
+def operator_with_watch() -> tuple[operator.Operator, FakeApi]:
+    serving = sb.serving_dict(groups=1, nodes=2)
+    serving["metadata"].update(uid="uid-serving", resourceVersion="1", generation=1)
+    op = operator.Operator(Config(debounce_seconds=0.0))
+    api = FakeApi(serving)
+    op.api = api  # type: ignore[assignment]
+    nodes = fb.rack(0)
+    op.indices = {
+        "fleet_nodes": {None: [main.fleet_nodes(n["metadata"]["name"], n)[None] for n in nodes]},
+        "servings": {None: [KEY]},
+        **{index: {} for index in caches.CHILD_INDEXES.values()},
+    }
+    op.serving_seen(serving)
+    return op, api
+
+
+def deliver(op: operator.Operator, api: FakeApi) -> None:
+    """What the watches would deliver after the pass: every child in its index, the serving as written."""
+    for index in caches.CHILD_INDEXES.values():
+        op.indices[index].clear()
+    for (kind, _), child in api.children.items():
+        op.indices[caches.CHILD_INDEXES[kind]].setdefault((KEY.namespace, KEY.name), []).append(caches.Packed(child))
+        op.child_seen(child)
+    op.serving_seen(copy.deepcopy(api.serving))
+
+
+def rechecked(op: operator.Operator) -> bool:
+    async def go() -> bool:
+        await op.recheck_all()
+        return bool(op.nudges._due)
+
+    return asyncio.run(go())
+
+
+def settle(op: operator.Operator, api: FakeApi) -> None:
+    for _ in range(3):
+        asyncio.run(op.reconcile(KEY))
+        deliver(op, api)
+
+
+def test_a_settled_serving_is_not_passed_again_by_the_recheck() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    api.calls.clear()
+
+    assert not rechecked(op)
+    assert api.calls == []
+
+
+def test_a_pass_reads_the_watch_and_asks_the_api_server_nothing() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    api.calls.clear()
+
+    asyncio.run(op.reconcile(KEY))
+
+    assert [c for c in api.calls if c != "served"] == []  # an installed API is trusted for a minute
+
+
+def test_a_child_changed_by_someone_else_makes_the_recheck_pass_the_serving_again() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    indexed = op.indices[caches.CHILD_INDEXES["LeaderWorkerSet"]][(KEY.namespace, KEY.name)]
+    child = indexed[0].unpack()
+    child["metadata"]["resourceVersion"] = "999"
+    indexed[0] = caches.Packed(child)
+
+    assert rechecked(op)
+
+
+def test_a_spec_change_makes_the_recheck_pass_the_serving_again() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    api.serving["metadata"]["resourceVersion"] = "998"
+    op.serving_seen(copy.deepcopy(api.serving))
+
+    assert rechecked(op)
+
+
+def test_a_fleet_change_elsewhere_leaves_a_placed_serving_settled() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    op.changed()  # another serving's pod or LeaderWorkerSet
+
+    assert not rechecked(op)
+
+
+def test_a_fleet_change_makes_the_recheck_pass_a_serving_waiting_for_room() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    op.known[KEY].unplaced = 1
+    op.changed()
+
+    assert rechecked(op)
+
+
+def lws_event(op: operator.Operator, event_type: str | None) -> bool:
+    """Whether a LeaderWorkerSet watch event of ``event_type`` nudged its serving."""
+    body = {
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "dsv41-decode", "namespace": KEY.namespace, "uid": "u", "resourceVersion": "5"},
+    }
+    labels = {"nvlfleet.io/serving": KEY.name}
+
+    async def go() -> bool:
+        await main.lws_event(namespace=KEY.namespace, labels=labels, body=body, type=event_type, memo=_Memo(op))
+        return bool(op.nudges._due)
+
+    return asyncio.run(go())
+
+
+class _Memo:
+    def __init__(self, op: operator.Operator) -> None:
+        self.operator = op
+
+
+def test_a_child_as_first_listed_nudges_nobody_kopf_passes_every_serving_at_start() -> None:
+    assert not lws_event(operator.Operator(Config(debounce_seconds=0.0)), None)
+
+
+def test_a_child_that_changed_nudges_its_serving() -> None:
+    assert lws_event(operator.Operator(Config(debounce_seconds=0.0)), "MODIFIED")
+
+
+def test_a_watched_object_is_kept_as_kopf_hands_it_over() -> None:
+    body = kopf.Body({"kind": "Service", "metadata": {"name": "s", "uid": "u", "resourceVersion": "7"}, "spec": {}})
+    packed = caches.Packed(body)
+    assert (packed.kind, packed.uid, packed.resource_version) == ("Service", "u", "7")
+    assert packed.unpack() == dict(body)
