@@ -105,6 +105,18 @@ def pod(
     }
 
 
+def leader_pod(
+    labels: Mapping[str, str], name: str, *, ready: bool = True, ip: str | None = "10.0.0.1"
+) -> dict[str, Any]:
+    """A running group leader carrying ``labels`` (e.g. ``render.leader_labels``), Ready or not, with a pod IP."""
+    body = pod(name, "tray-0", namespace="llm")
+    body["metadata"]["labels"].update(labels)
+    body["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if ip is not None:
+        body["status"]["podIP"] = ip
+    return body
+
+
 def node_list(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What ``kubectl get nodes -o yaml`` prints: a v1 List."""
     return {"apiVersion": "v1", "kind": "List", "items": list(nodes), "metadata": {"resourceVersion": ""}}

@@ -194,6 +194,7 @@ def test_groups_are_packed_into_one_rack_and_the_status_says_where() -> None:
         ("Progressing", "True"),
         ("Degraded", "False"),
         ("InsufficientCapacity", "False"),
+        ("RouterReady", "False"),
     ]
     assert all(c["lastTransitionTime"] == "2026-11-30T12:00:00Z" for c in status["conditions"])
     assert all(c["observedGeneration"] == 1 for c in status["conditions"])

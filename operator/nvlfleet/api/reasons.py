@@ -20,7 +20,8 @@ DEGRADED: Final = "Degraded"
 INSUFFICIENT_CAPACITY: Final = "InsufficientCapacity"
 CONDITION_TYPES: Final = (READY, PLACED, PROGRESSING, DEGRADED, INSUFFICIENT_CAPACITY)
 AUTOSCALING: Final = "Autoscaling"  # only while spec.autoscaling is set
-OPTIONAL_CONDITION_TYPES: Final = (AUTOSCALING,)
+ROUTER_READY: Final = "RouterReady"  # only while spec.router.enabled (core.routerstatus)
+OPTIONAL_CONDITION_TYPES: Final = (AUTOSCALING, ROUTER_READY)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Condition reasons
@@ -40,6 +41,9 @@ GROUPS_NOT_READY: Final = "GroupsNotReady"  # Ready False
 SCALED_OBJECT_RENDERED: Final = "ScaledObjectRendered"  # Autoscaling True
 KEDA_MISSING: Final = "KedaMissing"  # Autoscaling False: the ScaledObject API is not installed
 NO_PROMETHEUS_ADDRESS: Final = "NoPrometheusAddress"  # Autoscaling False: neither the spec nor the operator names one
+ROUTING: Final = "Routing"  # RouterReady True: a router pod is ready and every routed role has a ready leader
+ROUTER_NOT_READY: Final = "RouterNotReady"  # RouterReady False: no router pod ready (or no Deployment yet)
+NO_ENGINES: Final = "NoEngines"  # RouterReady False: the router runs, but a routed role has no ready leader
 
 # Why the fleet is frozen (left exactly as it runs): the reason of Ready and Progressing, and of the Warning
 # event that says so.

@@ -90,7 +90,7 @@ def assess(
             problems_ = [p for m in members if (p := _pod_trouble(m, nodes, label, domain)) is not None]
             if problems_:
                 hurt.append(f"{role} group {index} in domain {inventory.short_domain(domain)}: {problems_[0]}")
-            elif len(members) == size and all(_pod_ready(m) for m in members):
+            elif len(members) == size and all(pod_ready(m) for m in members):
                 here_ready += 1
         refusal = next(
             (refused[s] for s in (lws_name, *(f"{lws_name}-{i}" for i in range(replicas))) if s in refused), None
@@ -161,7 +161,8 @@ def _rolling(lws: Mapping[str, Any]) -> bool:
     )
 
 
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition is True (what a Service, and the router's discovery, admit)."""
     for cond in objects.as_mapping(pod.get("status")).get("conditions") or []:
         cond = objects.as_mapping(cond)
         if cond.get("type") == "Ready":

@@ -61,6 +61,7 @@ from nvlfleet.core import (
     planner,
     render,
     report,
+    routerstatus,
     validation,
 )
 from nvlfleet.facts import hardware
@@ -206,6 +207,8 @@ def reconcile(snap: Snapshot) -> Decision:
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
         extra = _autoscaling(snap, serving, desired)
+        if (front_door := routerstatus.condition(serving, snap.children, snap.pods)) is not None:
+            extra[reasons.ROUTER_READY] = front_door
     except problems.InvalidSpec as err:
         return _frozen(
             snap, before, reasons.INVALID_SPEC, "the spec cannot be rendered, nothing was changed: " + str(err)

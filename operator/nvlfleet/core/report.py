@@ -62,7 +62,7 @@ def status(
     extra: Conditions | None = None,
 ) -> servingstatus.DeepSeekServingStatus:
     """The status after a pass that planned ``serving``; ``busy``: children are being applied or deleted;
-    ``extra``: conditions of ``reasons.OPTIONAL_CONDITION_TYPES`` the pass judged (Autoscaling)."""
+    ``extra``: conditions of ``reasons.OPTIONAL_CONDITION_TYPES`` the pass judged (Autoscaling, RouterReady)."""
     key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
     generation = serving.metadata.generation
     roles = [plan.role(key, role.value) for role, _ in serving.spec.roles_present()]
