@@ -49,6 +49,7 @@ GPUs); run it for your own machine's figure (it varies by a factor of several wi
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
@@ -266,6 +267,37 @@ class _Slot:
         self.limit = limit
 
 
+class _Fits:
+    """One requirement class's capacity in every slot of its scope, as ``(capacity, key)`` in order, so the
+    tightest slot that still fits a size is one binary search. Kept current by replaying the book's log of
+    changed slots (``_Book.changed``) before each search: a change costs the book one append, and the index
+    only the classes that search again pay for it."""
+
+    __slots__ = ("caps", "cls", "order", "seen", "slots")
+
+    def __init__(self, slots: Sequence[_Slot], cls: int, seen: int) -> None:
+        self.cls = cls
+        self.slots = {slot.key: slot for slot in slots}
+        self.caps = {slot.key: _Book.capacity(slot, cls) for slot in slots}
+        self.order = sorted((cap, key) for key, cap in self.caps.items())
+        self.seen = seen  # how much of the change log is already in ``order``
+
+    def smallest(self, size: int, changed: Sequence[_Slot]) -> tuple[int, str] | None:
+        """The slot with the least capacity of at least ``size`` (the smaller key on ties), as (capacity, key)."""
+        for slot in changed[self.seen :]:
+            old = self.caps.get(slot.key)
+            if old is None or self.slots[slot.key] is not slot:  # not a slot of this scope
+                continue
+            new = _Book.capacity(slot, self.cls)
+            if new != old:
+                del self.order[bisect.bisect_left(self.order, (old, slot.key))]
+                bisect.insort(self.order, (new, slot.key))
+                self.caps[slot.key] = new
+        self.seen = len(changed)
+        at = bisect.bisect_left(self.order, (size,))  # (size,) sorts before every (size, key)
+        return self.order[at] if at < len(self.order) else None
+
+
 @dataclasses.dataclass
 class _Owner:
     key: inventory.RoleKey
@@ -283,6 +315,8 @@ class _Book:
         self.scopes_used: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
         self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
+        self.changed: list[_Slot] = []  # slots whose need or limit changed, in order: what the fit indexes replay
+        self.fits: dict[int, _Fits] = {}  # per requirement class, built when a best fit first asks
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
@@ -307,6 +341,7 @@ class _Book:
                 slot.limit = slot.free
         # Each scope's slots in key order, for the best-fit scans (a domain only placements name is not in it).
         self.scope_slots = {scope: [self.slots[k] for k in keys] for scope, keys in self.scope_keys.items()}
+        self.scope_members = {scope: frozenset(keys) for scope, keys in self.scope_keys.items()}
 
     # -- capacity ------------------------------------------------------------------------------------------
 
@@ -366,6 +401,7 @@ class _Book:
         slot.needs[owner.cls] = slot.needs.get(owner.cls, 0) + change
         slot.need += change
         slot.update_limit()
+        self.changed.append(slot)
         slot.released += max(0, bound - new_need) - max(0, bound - old_need)
         if groups:
             owner.groups[domain] = groups
@@ -402,9 +438,9 @@ class _Book:
     def pack(self, owner: _Owner, d: Demand, missing: int) -> None:
         # Best fit is stable for a batch: after a domain takes a group it still has the fewest nodes left
         # among those that fit, so it takes as many groups as fit before the next scan.
-        slots = self.scope_slots[d.requirements.scope]
+        scope = d.requirements.scope
         while missing > 0:
-            best_slot, best_cap = _best_fit(slots, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
+            best_slot, best_cap = self.best_fit(scope, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
             if best_slot is None:
                 return
             take = min(missing, best_cap // d.nodes_per_group)
@@ -430,6 +466,27 @@ class _Book:
             cap = self.capacity(self.slots[key], cls)
             if cap >= npg:
                 heapq.heappush(heap, (owner.groups[key], mine[key], cap - npg, key))
+
+    def best_fit(
+        self, scope: inventory.Scope, cls: int, size: int, mine: Mapping[str, int]
+    ) -> tuple[_Slot | None, int]:
+        """The slot that fits ``size`` nodes of class ``cls`` best, and its capacity: under ``pack`` a domain
+        holding groups of the serving (``mine``) first, then the fewest nodes left, then the smaller key.
+
+        The serving's own domains are few and scanned; the rest is one search in the class's index of slots by
+        capacity (``_Fits``), so a best fit costs O(domains of the serving + log domains), not O(domains)."""
+        members, best = self.scope_members[scope], None
+        for key, groups in mine.items():
+            if groups > 0 and key in members:
+                cap = self.capacity(self.slots[key], cls)
+                if cap >= size and (best is None or (cap, key) < best):
+                    best = (cap, key)
+        if best is None:
+            fits = self.fits.get(cls)
+            if fits is None:
+                fits = self.fits[cls] = _Fits(self.scope_slots[scope], cls, len(self.changed))
+            best = fits.smallest(size, self.changed)
+        return (None, 0) if best is None else (self.slots[best[1]], best[0])
 
     # -- prefill and decode in units (``pairing``) ------------------------------------------------------------
 
@@ -491,9 +548,8 @@ class _Book:
         """``count`` units under ``pack``, best fit for the unit's nodes (as ``pack``); returns how many did not fit."""
         size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
         cls, mine = self.owners[pair.anchor.owner].cls, self.serving_groups[pair.anchor.serving]
-        slots = self.scope_slots["clique"]
         while count > 0:
-            best_slot, best_cap = _best_fit(slots, cls, size, mine)
+            best_slot, best_cap = self.best_fit("clique", cls, size, mine)
             if best_slot is None:
                 return count
             take = min(count, best_cap // size)
@@ -581,23 +637,6 @@ class _Book:
                 )
             )
         return tuple(out)
-
-
-def _best_fit(slots: Sequence[_Slot], cls: int, size: int, mine: Mapping[str, int]) -> tuple[_Slot | None, int]:
-    """The slot that fits ``size`` nodes of class ``cls`` best, and its capacity: under ``pack`` a domain holding
-    groups of the serving (``mine``) first, then the fewest nodes left, then the smaller key."""
-    # The hot loop of the planner: capacity() and the rank (slots are in key order and only a strictly better
-    # rank replaces the best) are inlined.
-    best_slot, best_cap, best_near, best_left = None, 0, 2, 0
-    for slot in slots:
-        free = slot.free_for.get(cls, 0)
-        cap = (free if free < slot.limit else slot.limit) - slot.need
-        if cap < size:
-            continue
-        near = 0 if mine.get(slot.key, 0) > 0 else 1
-        if near < best_near or (near == best_near and cap - size < best_left):
-            best_slot, best_cap, best_near, best_left = slot, cap, near, cap - size
-    return best_slot, best_cap
 
 
 def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, list[str]]) -> inventory.Scope:
