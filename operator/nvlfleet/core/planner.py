@@ -304,7 +304,7 @@ class _Owner:
     nodes_per_group: int
     cls: int  # requirement class (interned NodeRequirements) or _UNKNOWN
     groups: dict[str, int]
-    bound: dict[str, int]  # nodes its pods hold per domain (schedulable nodes only)
+    bound: Mapping[str, int]  # nodes its pods hold per domain (schedulable nodes only); the inventory's, shared
 
 
 class _Book:
@@ -319,26 +319,17 @@ class _Book:
         self.fits: dict[int, _Fits] = {}  # per requirement class, built when a best fit first asks
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
-        self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
-        self.domains: dict[inventory.Scope, tuple[inventory.Domain, ...]] = {
-            "clique": inv.domains("clique"),
-            "node": inv.domains("node"),
-        }
-        for scope, domains in self.domains.items():
-            keys = self.scope_keys.setdefault(scope, [])
-            bound = self.bound.setdefault(scope, {})
-            for domain in domains:
+        self.bound: dict[inventory.Scope, Mapping[inventory.RoleKey, Mapping[str, int]]] = {}
+        scopes: tuple[inventory.Scope, ...] = ("clique", "node")
+        for scope in scopes:
+            tally = inv.tally(scope)
+            self.bound[scope] = tally.held
+            keys = self.scope_keys[scope] = []
+            for domain in inv.domains(scope):
                 keys.append(domain.key)
                 slot = self.slots[domain.key] = _Slot(domain.key, domain.label)
-                for node in domain.nodes:
-                    slot.nodes += 1
-                    if node.schedulable:
-                        slot.schedulable += 1
-                        slot.free += not node.pods
-                        for owner in {p.owner for p in node.pods if p.owner is not None}:
-                            held = bound.setdefault(owner, {})
-                            held[domain.key] = held.get(domain.key, 0) + 1
-                slot.limit = slot.free
+                slot.nodes, slot.schedulable = tally.nodes[domain.key], tally.schedulable[domain.key]
+                slot.free = slot.limit = tally.free[domain.key]
         # Each scope's slots in key order, for the best-fit scans (a domain only placements name is not in it).
         self.scope_slots = {scope: [self.slots[k] for k in keys] for scope, keys in self.scope_keys.items()}
         self.scope_members = {scope: frozenset(keys) for scope, keys in self.scope_keys.items()}
@@ -350,12 +341,8 @@ class _Book:
         cls = self.classes.get(req)
         if cls is None:
             cls = self.classes[req] = len(self.classes)
-            for domain in self.domains[req.scope]:
-                self.slots[domain.key].free_for[cls] = sum(
-                    1
-                    for n in domain.nodes
-                    if not n.busy and inventory.unusable_reason(n, req, self.inv.domain_label) is None
-                )
+            for key, free in self.inv.free_for(req).items():
+                self.slots[key].free_for[cls] = free
         return cls
 
     @staticmethod
