@@ -196,9 +196,7 @@ class Inventory:
     domain_label: str = names.DEFAULT_DOMAIN_LABEL
     _domains: dict[Scope, tuple[Domain, ...]] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _tallies: dict[Scope, Tally] = dataclasses.field(default_factory=dict, init=False, repr=False)
-    _free: dict[NodeRequirements, Mapping[str, int]] = dataclasses.field(
-        default_factory=dict, init=False, repr=False
-    )
+    _free: dict[NodeRequirements, Mapping[str, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
         """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""
