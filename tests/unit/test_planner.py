@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import capacity, demands, inventory, pairing, planner
+from nvlfleet.core import capacity, demands, inventory, pairing, planner, shortfall
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -730,10 +730,23 @@ def spread_by_scan(
     return count
 
 
+def largest_block_by_scan(book: Any, req: inventory.NodeRequirements, cls: int) -> str:
+    """The domain with the most room the straightforward way: every domain of the scope, the first in key order
+    with the most nodes the class can claim."""
+    caps = [(capacity.claimable(slot, cls), slot.key) for slot in book.scope_slots[req.scope]]
+    most = max((cap for cap, _ in caps), default=0)
+    return (
+        shortfall.largest(next((k for cap, k in caps if cap == most), ""), most)
+        if most > 0
+        else shortfall.largest("", 0)
+    )
+
+
 def planned_by_scans(inv: inventory.Inventory, wanted: list[planner.Demand], current: Any = ()) -> planner.Plan:
     with (
         mock.patch.object(planner._Book, "best_fit", best_fit_by_scan),
         mock.patch.object(planner._Book, "spread_over", spread_by_scan),
+        mock.patch.object(planner._Book, "largest_block", largest_block_by_scan),
     ):
         return planner.plan(inv, wanted, current)
 

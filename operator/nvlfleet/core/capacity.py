@@ -72,6 +72,12 @@ class Fits:
         at = bisect.bisect_left(self.order, (size,))  # (size,) sorts before every (size, key)
         return self.order[at] if at < len(self.order) else None
 
+    def largest(self) -> tuple[int, str] | None:
+        """The slot with the most capacity, if any has some (the smaller key on ties), as (capacity, key)."""
+        if not self.order or self.order[-1][0] <= 0:
+            return None
+        return self.order[bisect.bisect_left(self.order, (self.order[-1][0],))]
+
     def keys_from(self, size: int) -> Iterator[str]:
         """The keys of the slots with capacity at least ``size``, least capacity first (then the smaller key),
         as they were at the last ``catch_up``."""

@@ -183,20 +183,29 @@ class Tally:
     held: Mapping[RoleKey, Mapping[str, int]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Census:
+    """Every node counted for one requirement: ``total`` with its GPU product, of those ``busy`` (usable, running
+    GPU pods) and ``excluded`` (not usable: count per reason); ``products``: nodes per GPU product."""
+
+    total: int
+    busy: int
+    excluded: Mapping[str, int]
+    products: Mapping[str, int]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Inventory:
-    """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them.
-
-    Immutable, so what is derived from its nodes (domains, tallies, free nodes per requirement) is computed
-    once per inventory and kept: the operator plans every serving of a pass against one fleet view, and each
-    plan would otherwise walk every node again.
-    """
+    """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them. Immutable, so what is derived
+    from its nodes (domains, tallies, free nodes and censuses per requirement) is computed once and kept: the
+    operator plans every serving of a pass against one fleet view, each plan would walk every node again."""
 
     nodes: tuple[Node, ...]
     domain_label: str = names.DEFAULT_DOMAIN_LABEL
     _domains: dict[Scope, tuple[Domain, ...]] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _tallies: dict[Scope, Tally] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _free: dict[NodeRequirements, Mapping[str, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _censuses: dict[NodeRequirements, Census] = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
         """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""
@@ -229,7 +238,7 @@ class Inventory:
                 nodes[domain.key], schedulable[domain.key] = len(domain.nodes), len(ready)
                 free[domain.key] = sum(1 for n in ready if not n.pods)
                 for node in ready:
-                    for owner in {p.owner for p in node.pods if p.owner is not None}:
+                    for owner in {p.owner for p in node.pods if p.owner is not None} if node.pods else ():
                         where = held.setdefault(owner, {})
                         where[domain.key] = where.get(domain.key, 0) + 1
             found = self._tallies[scope] = Tally(nodes, schedulable, free, held)
@@ -242,10 +251,32 @@ class Inventory:
         if found is None:
             found = self._free[req] = {
                 domain.key: sum(
-                    1 for n in domain.nodes if not n.busy and unusable_reason(n, req, self.domain_label) is None
+                    1 for n in domain.nodes if not n.pods and unusable_reason(n, req, self.domain_label) is None
                 )
                 for domain in self.domains(req.scope)
             }
+        return found
+
+    def census(self, req: NodeRequirements) -> Census:
+        """Every node counted for ``req`` (see ``Census``); read-only, shared by every caller."""
+        found = self._censuses.get(req)
+        if found is None:
+            total, busy = 0, 0
+            excluded: dict[str, int] = {}
+            products: dict[str, int] = {}
+            for node in self.nodes:
+                product = node.gpu_product
+                if product is not None:
+                    products[product] = products.get(product, 0) + 1
+                if product != req.gpu_product:
+                    continue
+                total += 1
+                reason = unusable_reason(node, req, self.domain_label)
+                if reason is not None:
+                    excluded[reason] = excluded.get(reason, 0) + 1
+                elif node.busy:
+                    busy += 1
+            found = self._censuses[req] = Census(total, busy, excluded, products)
         return found
 
     def domain_key(self, node: Node, scope: Scope = "clique") -> str | None:

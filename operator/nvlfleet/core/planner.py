@@ -264,6 +264,7 @@ class _Book:
             capacity.Slot
         ] = []  # slots whose need or limit changed, in order: what the fit indexes replay
         self.fits: dict[int, capacity.Fits] = {}  # per requirement class, built when a best fit first asks
+        self.summaries: dict[int, str] = {}  # per requirement class: where its nodes went, once planned
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, Mapping[inventory.RoleKey, Mapping[str, int]]] = {}
@@ -556,17 +557,18 @@ class _Book:
         return [first, self.fleet_summary(req, cls)]
 
     def largest_block(self, req: inventory.NodeRequirements, cls: int) -> str:
-        best_key, best_cap = "", 0
-        for key in self.scope_keys[req.scope]:
-            cap = capacity.claimable(self.slots[key], cls)
-            if cap > best_cap:
-                best_key, best_cap = key, cap
-        return shortfall.largest(best_key, best_cap)
+        most = self.fit_index(req.scope, cls).largest()
+        return shortfall.largest(most[1], most[0]) if most is not None else shortfall.largest("", 0)
 
     def fleet_summary(self, req: inventory.NodeRequirements, cls: int) -> str:
-        slots = [self.slots[k] for k in self.scope_keys[req.scope]]
-        free = sum(slot.free_for.get(cls, 0) for slot in slots)
-        return shortfall.fleet(self.inv, req, free, sum(max(0, capacity.claimable(slot, cls)) for slot in slots))
+        # Asked only once planning is done, so the same for every role of a class: said once per plan.
+        said = self.summaries.get(cls)
+        if said is None:
+            slots = self.scope_slots[req.scope]
+            free = sum(slot.free_for.get(cls, 0) for slot in slots)
+            left = sum(max(0, capacity.claimable(slot, cls)) for slot in slots)
+            said = self.summaries[cls] = shortfall.fleet(self.inv, req, free, left)
+        return said
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(
