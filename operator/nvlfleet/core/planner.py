@@ -260,9 +260,8 @@ class _Book:
         self.scopes_used: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
         self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
-        self.changed: list[
-            capacity.Slot
-        ] = []  # slots whose need or limit changed, in order: what the fit indexes replay
+        # Slots whose need or limit changed, in order: what the fit indexes replay before they answer.
+        self.changed: list[capacity.Slot] = []
         self.fits: dict[int, capacity.Fits] = {}  # per requirement class, built when a best fit first asks
         self.summaries: dict[int, str] = {}  # per requirement class: where its nodes went, once planned
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
