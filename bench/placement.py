@@ -23,7 +23,7 @@ import planner_bench
 from nvlfleet.core import planner
 
 REPEATS = 30
-SCALE_REPEATS = 10  # a 10,000-group plan takes ~100x longer; ten runs give its spread
+SCALE_REPEATS = 10  # a 10,000-group plan takes longer; ten runs give its spread
 
 
 @dataclasses.dataclass(frozen=True)

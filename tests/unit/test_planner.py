@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import demands, inventory, pairing, planner
+from nvlfleet.core import capacity, demands, inventory, pairing, planner, shortfall
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -691,3 +692,84 @@ def test_property_every_planned_pod_finds_a_node_whatever_the_scheduler_picks(
             usable = [n for n in free if inventory.usable(n, req)]
             assert usable, f"a pod needing {req} found no node in {domain.key}"
             free.remove(rnd.choice(usable))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fast paths agree with the slow ones
+
+
+def best_fit_by_scan(
+    book: Any, scope: inventory.Scope, cls: int, size: int, mine: Mapping[str, int]
+) -> tuple[Any, int]:
+    """Best fit the straightforward way: every domain of the scope ranked (a domain of the serving first, then
+    the fewest nodes left, then the smaller key); what the planner's capacity index must agree with."""
+    fits = [(slot, capacity.claimable(slot, cls)) for slot in book.scope_slots[scope]]
+    ranked = sorted((0 if mine.get(s.key, 0) > 0 else 1, cap, s.key, s) for s, cap in fits if cap >= size)
+    return (ranked[0][3], ranked[0][1]) if ranked else (None, 0)
+
+
+def spread_by_scan(
+    book: Any,
+    scope: inventory.Scope,
+    cls: int,
+    size: int,
+    role: Mapping[str, int],
+    mine: Mapping[str, int],
+    count: int,
+    place: Any,
+) -> int:
+    """Spread the straightforward way: one at a time, every domain of the scope ranked (fewest groups of the
+    role, then of the serving, then the fewest nodes left, then the smaller key)."""
+    while count > 0:
+        fits = [(slot.key, capacity.claimable(slot, cls)) for slot in book.scope_slots[scope]]
+        ranked = sorted((role.get(k, 0), mine.get(k, 0), cap - size, k) for k, cap in fits if cap >= size)
+        if not ranked:
+            break
+        place(ranked[0][3])
+        count -= 1
+    return count
+
+
+def largest_block_by_scan(book: Any, req: inventory.NodeRequirements, cls: int) -> str:
+    """The domain with the most room the straightforward way: every domain of the scope, the first in key order
+    with the most nodes the class can claim."""
+    caps = [(capacity.claimable(slot, cls), slot.key) for slot in book.scope_slots[req.scope]]
+    most = max((cap for cap, _ in caps), default=0)
+    return (
+        shortfall.largest(next((k for cap, k in caps if cap == most), ""), most)
+        if most > 0
+        else shortfall.largest("", 0)
+    )
+
+
+def planned_by_scans(inv: inventory.Inventory, wanted: list[planner.Demand], current: Any = ()) -> planner.Plan:
+    with (
+        mock.patch.object(planner._Book, "best_fit", best_fit_by_scan),
+        mock.patch.object(planner._Book, "spread_over", spread_by_scan),
+        mock.patch.object(planner._Book, "largest_block", largest_block_by_scan),
+    ):
+        return planner.plan(inv, wanted, current)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_property_indexed_planning_plans_as_a_scan_of_every_domain(s: Scenario) -> None:
+    current = current_placements(s)
+    assert planner.plan(s.inv, s.after, current) == planned_by_scans(s.inv, s.after, current)
+
+
+@settings(max_examples=80, deadline=None)
+@given(mixed_fleets())
+def test_property_indexed_planning_plans_as_a_scan_with_mixed_requirements(
+    fleet_and_demands: tuple[inventory.Inventory, list[planner.Demand]],
+) -> None:
+    inv, wanted = fleet_and_demands
+    assert planner.plan(inv, wanted) == planned_by_scans(inv, wanted)
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenarios())
+def test_property_an_inventory_planned_on_before_plans_as_a_fresh_one(s: Scenario) -> None:
+    current = current_placements(s)  # plans on s.inv first, filling what it keeps
+    fresh = inventory.Inventory(s.inv.nodes, s.inv.domain_label)
+    assert planner.plan(s.inv, s.after, current) == planner.plan(fresh, s.after, current)

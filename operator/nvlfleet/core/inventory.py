@@ -168,15 +168,53 @@ class Domain:
     nodes: tuple[Node, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """One scope's domains counted, what the planner starts every plan from.
+
+    Per domain key: ``nodes``, ``schedulable`` ones (Ready, not cordoned, with GPUs) and ``free`` ones
+    (schedulable, without a GPU pod); ``held``: per serving role, the schedulable nodes its pods are on in each
+    domain.
+    """
+
+    nodes: Mapping[str, int]
+    schedulable: Mapping[str, int]
+    free: Mapping[str, int]
+    held: Mapping[RoleKey, Mapping[str, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Census:
+    """Every node counted for one requirement: ``total`` with its GPU product, of those ``busy`` (usable, running
+    GPU pods) and ``excluded`` (not usable: count per reason); ``products``: nodes per GPU product."""
+
+    total: int
+    busy: int
+    excluded: Mapping[str, int]
+    products: Mapping[str, int]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Inventory:
-    """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them."""
+    """All GPU-relevant nodes (sorted by name), with the GPU pods bound to them. Immutable, so what is derived
+    from its nodes (domains, tallies, free nodes and censuses per requirement) is computed once and kept: the
+    operator plans every serving of a pass against one fleet view, each plan would walk every node again."""
 
     nodes: tuple[Node, ...]
     domain_label: str = names.DEFAULT_DOMAIN_LABEL
+    _domains: dict[Scope, tuple[Domain, ...]] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _tallies: dict[Scope, Tally] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _free: dict[NodeRequirements, Mapping[str, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _censuses: dict[NodeRequirements, Census] = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
         """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""
+        found = self._domains.get(scope)
+        if found is None:
+            found = self._domains[scope] = self._grouped(scope)
+        return found
+
+    def _grouped(self, scope: Scope) -> tuple[Domain, ...]:
         if scope == "node":
             alone = [n for n in self.nodes if not n.labels.get(self.domain_label) and _has_gpus(n)]
             return tuple(Domain(n.hostname, names.HOSTNAME_LABEL, (n,)) for n in sorted(alone, key=_hostname))
@@ -186,6 +224,60 @@ class Inventory:
             if key:
                 members.setdefault(key, []).append(node)
         return tuple(Domain(k, self.domain_label, tuple(members[k])) for k in sorted(members))
+
+    def tally(self, scope: Scope = "clique") -> Tally:
+        """The domains of ``scope`` counted (see ``Tally``); read-only, shared by every caller."""
+        found = self._tallies.get(scope)
+        if found is None:
+            nodes: dict[str, int] = {}
+            schedulable: dict[str, int] = {}
+            free: dict[str, int] = {}
+            held: dict[RoleKey, dict[str, int]] = {}
+            for domain in self.domains(scope):
+                ready = [n for n in domain.nodes if n.schedulable]
+                nodes[domain.key], schedulable[domain.key] = len(domain.nodes), len(ready)
+                free[domain.key] = sum(1 for n in ready if not n.pods)
+                for node in ready:
+                    for owner in {p.owner for p in node.pods if p.owner is not None} if node.pods else ():
+                        where = held.setdefault(owner, {})
+                        where[domain.key] = where.get(domain.key, 0) + 1
+            found = self._tallies[scope] = Tally(nodes, schedulable, free, held)
+        return found
+
+    def free_for(self, req: NodeRequirements) -> Mapping[str, int]:
+        """Free nodes a pod with ``req`` may use, per domain of its scope (every domain, zeros included);
+        read-only, shared by every caller."""
+        found = self._free.get(req)
+        if found is None:
+            found = self._free[req] = {
+                domain.key: sum(
+                    1 for n in domain.nodes if not n.pods and unusable_reason(n, req, self.domain_label) is None
+                )
+                for domain in self.domains(req.scope)
+            }
+        return found
+
+    def census(self, req: NodeRequirements) -> Census:
+        """Every node counted for ``req`` (see ``Census``); read-only, shared by every caller."""
+        found = self._censuses.get(req)
+        if found is None:
+            total, busy = 0, 0
+            excluded: dict[str, int] = {}
+            products: dict[str, int] = {}
+            for node in self.nodes:
+                product = node.gpu_product
+                if product is not None:
+                    products[product] = products.get(product, 0) + 1
+                if product != req.gpu_product:
+                    continue
+                total += 1
+                reason = unusable_reason(node, req, self.domain_label)
+                if reason is not None:
+                    excluded[reason] = excluded.get(reason, 0) + 1
+                elif node.busy:
+                    busy += 1
+            found = self._censuses[req] = Census(total, busy, excluded, products)
+        return found
 
     def domain_key(self, node: Node, scope: Scope = "clique") -> str | None:
         """The key of the domain ``node`` belongs to in ``scope``, or None when it belongs to none."""

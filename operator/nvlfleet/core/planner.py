@@ -41,20 +41,25 @@ Rules, in the order they apply:
 A pod of a group that sits on a cordoned or NotReady node is expected to be replaced, so its group still
 needs a free node. Everything is deterministic: same inputs, same plan; no clock, no randomness.
 
-Cost: O(demands × domains × domains touched) for ``pack`` and O(groups × log domains) for ``spread`` (a P/D
-serving counts as two or three demands: its unit sizes), plus one pass over the nodes per distinct
-requirement. ``bench/run.py --only 3`` (or ``bench/planner_bench.py``) times 1,000 groups on 100 racks (7,200
-GPUs); run it for your own machine's figure (it varies by a factor of several with the machine's load).
+Cost: O(domains) to set up, then O(log domains + domains the serving holds) per best fit under ``pack`` and
+O(log domains + groups + domains the serving holds) per demand under ``spread``, through a per-requirement
+index of domains by the free nodes it can claim (``capacity.Fits``); a P/D serving counts as two or three
+demands (its unit sizes). What needs every node (domains, their counts, free nodes per requirement) is computed
+once per inventory and kept on it (``inventory.Inventory``): of the plans on one fleet view only the first pays
+it. ``cd bench && ../.venv/bin/python -c "import placement; print(placement.time_plan(1000, 500, 10))"`` times
+10,000 groups on 1,000 racks (72,000 GPUs) as the row of ``bench/run.py --only 3`` does (``time_plan(100, 50,
+30)``: 1,000 groups on 100 racks); run it for your own machine's figure, it varies by a factor of several with
+the machine's load.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
-from nvlfleet.core import inventory, pairing, shortfall
+from nvlfleet.core import capacity, inventory, pairing, shortfall
 
 Strategy = Literal["pack", "spread"]
 
@@ -238,106 +243,61 @@ def _check_unique(owners: Sequence[inventory.RoleKey], what: str) -> None:
         seen.add(owner)
 
 
-_UNKNOWN = -1  # requirement class of a held placement: unknown, so it competes for any free node
-
-
-class _Slot:
-    """One domain's running totals; mutated in place so planning never copies."""
-
-    __slots__ = ("free", "free_for", "key", "label", "limit", "need", "needs", "nodes", "released", "schedulable")
-
-    def __init__(self, key: str, label: str) -> None:
-        self.key = key
-        self.label = label
-        self.nodes = 0
-        self.schedulable = 0
-        self.free = 0  # schedulable nodes without a GPU pod
-        self.free_for: dict[int, int] = {}  # free nodes each requirement class may use
-        self.released = 0  # nodes held by pods of groups the plan removes (free once they are gone)
-        self.needs: dict[int, int] = {}  # nodes placed groups still need from the free ones, per class
-        self.need = 0  # sum of needs
-        self.limit = 0  # the most nodes placed groups may need here: free nodes of the most restricted class
-
-    def update_limit(self) -> None:
-        limit = self.free
-        for cls, need in self.needs.items():
-            if need > 0 and cls != _UNKNOWN:
-                limit = min(limit, self.free_for.get(cls, 0))
-        self.limit = limit
-
-
 @dataclasses.dataclass
 class _Owner:
     key: inventory.RoleKey
     nodes_per_group: int
-    cls: int  # requirement class (interned NodeRequirements) or _UNKNOWN
+    cls: int  # requirement class (interned NodeRequirements) or capacity.UNKNOWN
     groups: dict[str, int]
-    bound: dict[str, int]  # nodes its pods hold per domain (schedulable nodes only)
+    bound: Mapping[str, int]  # nodes its pods hold per domain (schedulable nodes only); the inventory's, shared
 
 
 class _Book:
     def __init__(self, inv: inventory.Inventory) -> None:
         self.inv = inv
-        self.slots: dict[str, _Slot] = {}
+        self.slots: dict[str, capacity.Slot] = {}
         self.scope_keys: dict[inventory.Scope, list[str]] = {}
         self.scopes_used: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
         self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
+        # Slots whose need or limit changed, in order: what the fit indexes replay before they answer.
+        self.changed: list[capacity.Slot] = []
+        self.fits: dict[int, capacity.Fits] = {}  # per requirement class, built when a best fit first asks
+        self.summaries: dict[int, str] = {}  # per requirement class: where its nodes went, once planned
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
         self.classes: dict[inventory.NodeRequirements, int] = {}
-        self.bound: dict[inventory.Scope, dict[inventory.RoleKey, dict[str, int]]] = {}
-        self.domains: dict[inventory.Scope, tuple[inventory.Domain, ...]] = {
-            "clique": inv.domains("clique"),
-            "node": inv.domains("node"),
-        }
-        for scope, domains in self.domains.items():
-            keys = self.scope_keys.setdefault(scope, [])
-            bound = self.bound.setdefault(scope, {})
-            for domain in domains:
+        self.bound: dict[inventory.Scope, Mapping[inventory.RoleKey, Mapping[str, int]]] = {}
+        scopes: tuple[inventory.Scope, ...] = ("clique", "node")
+        for scope in scopes:
+            tally = inv.tally(scope)
+            self.bound[scope] = tally.held
+            keys = self.scope_keys[scope] = []
+            for domain in inv.domains(scope):
                 keys.append(domain.key)
-                slot = self.slots[domain.key] = _Slot(domain.key, domain.label)
-                for node in domain.nodes:
-                    slot.nodes += 1
-                    if node.schedulable:
-                        slot.schedulable += 1
-                        slot.free += not node.pods
-                        for owner in {p.owner for p in node.pods if p.owner is not None}:
-                            held = bound.setdefault(owner, {})
-                            held[domain.key] = held.get(domain.key, 0) + 1
-                slot.limit = slot.free
+                slot = self.slots[domain.key] = capacity.Slot(domain.key, domain.label)
+                slot.nodes, slot.schedulable = tally.nodes[domain.key], tally.schedulable[domain.key]
+                slot.free = slot.limit = tally.free[domain.key]
         # Each scope's slots in key order, for the best-fit scans (a domain only placements name is not in it).
         self.scope_slots = {scope: [self.slots[k] for k in keys] for scope, keys in self.scope_keys.items()}
+        self.scope_members = {scope: frozenset(keys) for scope, keys in self.scope_keys.items()}
 
-    # -- capacity ------------------------------------------------------------------------------------------
+    # -- requirements ------------------------------------------------------------------------------------------
 
     def intern(self, req: inventory.NodeRequirements) -> int:
         """A small id for ``req``; the first time, count the free nodes it may use in every domain."""
         cls = self.classes.get(req)
         if cls is None:
             cls = self.classes[req] = len(self.classes)
-            for domain in self.domains[req.scope]:
-                self.slots[domain.key].free_for[cls] = sum(
-                    1
-                    for n in domain.nodes
-                    if not n.busy and inventory.unusable_reason(n, req, self.inv.domain_label) is None
-                )
+            for key, free in self.inv.free_for(req).items():
+                self.slots[key].free_for[cls] = free
         return cls
-
-    @staticmethod
-    def capacity(slot: _Slot, cls: int) -> int:
-        """Free nodes in ``slot`` that new groups of class ``cls`` can still claim (negative when short)."""
-        return min(slot.limit, slot.free_for.get(cls, 0)) - slot.need
-
-    @staticmethod
-    def short(slot: _Slot) -> int:
-        return max(0, slot.need - slot.limit)
 
     # -- groups ---------------------------------------------------------------------------------------------
 
-    def slot(self, key: str) -> _Slot:
+    def slot(self, key: str) -> capacity.Slot:
         slot = self.slots.get(key)
         if slot is None:  # placed in a domain the inventory no longer has: nodes gone or relabelled
-            slot = self.slots[key] = _Slot(key, self.inv.domain_label)
+            slot = self.slots[key] = capacity.Slot(key, self.inv.domain_label)
         return slot
 
     def open(
@@ -349,7 +309,7 @@ class _Book:
     ) -> None:
         scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_keys)
         self.scopes_used.add(scope)
-        cls = _UNKNOWN if req is None else self.intern(req)
+        cls = capacity.UNKNOWN if req is None else self.intern(req)
         bound = self.bound[scope].get(key, {})
         owner = self.owners[key] = _Owner(key, nodes_per_group, cls, {}, bound)
         self.serving_groups.setdefault(key.serving, {})
@@ -363,9 +323,11 @@ class _Book:
         bound = owner.bound.get(domain, 0)
         old_need, new_need = owner.nodes_per_group * before, owner.nodes_per_group * groups
         change = max(0, new_need - bound) - max(0, old_need - bound)
-        slot.needs[owner.cls] = slot.needs.get(owner.cls, 0) + change
-        slot.need += change
-        slot.update_limit()
+        if change:  # groups its own pods already hold change nothing the fit indexes rank by
+            slot.needs[owner.cls] = slot.needs.get(owner.cls, 0) + change
+            slot.need += change
+            slot.update_limit()
+            self.changed.append(slot)
         slot.released += max(0, bound - new_need) - max(0, bound - old_need)
         if groups:
             owner.groups[domain] = groups
@@ -391,7 +353,7 @@ class _Book:
     def waits(self, owner: _Owner, domain: str) -> bool:
         """Whether some of the owner's groups in ``domain`` are not bound and the domain is short of nodes."""
         needs = owner.groups.get(domain, 0) * owner.nodes_per_group > owner.bound.get(domain, 0)
-        return needs and self.short(self.slots[domain]) > 0
+        return needs and capacity.short(self.slots[domain]) > 0
 
     def scale_up(self, d: Demand) -> None:
         owner = self.owners[d.owner]
@@ -402,9 +364,9 @@ class _Book:
     def pack(self, owner: _Owner, d: Demand, missing: int) -> None:
         # Best fit is stable for a batch: after a domain takes a group it still has the fewest nodes left
         # among those that fit, so it takes as many groups as fit before the next scan.
-        slots = self.scope_slots[d.requirements.scope]
+        scope = d.requirements.scope
         while missing > 0:
-            best_slot, best_cap = _best_fit(slots, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
+            best_slot, best_cap = self.best_fit(scope, owner.cls, d.nodes_per_group, self.serving_groups[d.serving])
             if best_slot is None:
                 return
             take = min(missing, best_cap // d.nodes_per_group)
@@ -412,24 +374,79 @@ class _Book:
             missing -= take
 
     def spread(self, owner: _Owner, d: Demand, missing: int) -> None:
-        # Only the domain that just took a group changes, so a heap with one re-push per group stays exact.
-        npg, cls = d.nodes_per_group, owner.cls
-        mine = self.serving_groups[d.serving]
-        heap: list[tuple[int, int, int, str]] = []
-        for key in self.scope_keys[d.requirements.scope]:
-            slot = self.slots[key]
-            free = slot.free_for.get(cls, 0)
-            cap = (free if free < slot.limit else slot.limit) - slot.need  # capacity(), inlined: hot loop
-            if cap >= npg:
-                heap.append((owner.groups.get(key, 0), mine.get(key, 0), cap - npg, key))
-        heapq.heapify(heap)
-        while missing > 0 and heap:
-            _, _, _, key = heapq.heappop(heap)
+        def place(key: str) -> None:
             self.set_groups(owner, key, owner.groups.get(key, 0) + 1)
-            missing -= 1
-            cap = self.capacity(self.slots[key], cls)
-            if cap >= npg:
-                heapq.heappush(heap, (owner.groups[key], mine[key], cap - npg, key))
+
+        scope, mine = d.requirements.scope, self.serving_groups[d.serving]
+        self.spread_over(scope, owner.cls, d.nodes_per_group, owner.groups, mine, missing, place)
+
+    def spread_over(
+        self,
+        scope: inventory.Scope,
+        cls: int,
+        size: int,
+        role: Mapping[str, int],
+        mine: Mapping[str, int],
+        count: int,
+        place: Callable[[str], None],
+    ) -> int:
+        """``place`` ``count`` times, one at a time, in the domain with the fewest groups of the role (``role``),
+        then of the serving (``mine``), then the fewest of ``size`` nodes left, then the smaller key; returns how
+        many found no room. Both maps are live: ``place`` updates them.
+
+        A domain without groups of the serving ranks before every domain with some, and placing there makes it
+        one with some, so those go first in the class's capacity order (``capacity.Fits``), each once; only then a heap
+        of the domains the serving is in (one re-push per placement: only the domain placed in changes). So a
+        demand costs O(log domains + groups placed + domains of the serving), not O(domains)."""
+        members = self.scope_members[scope]
+        touched = [key for key, n in mine.items() if n > 0 and key in members]
+        for key in self.fit_index(scope, cls).keys_from(size):
+            if count <= 0:
+                return 0
+            if mine.get(key, 0) <= 0:
+                place(key)
+                touched.append(key)
+                count -= 1
+        heap: list[tuple[int, int, int, str]] = []
+        for key in touched:
+            cap = capacity.claimable(self.slots[key], cls)
+            if cap >= size:
+                heap.append((role.get(key, 0), mine.get(key, 0), cap - size, key))
+        heapq.heapify(heap)
+        while count > 0 and heap:
+            key = heapq.heappop(heap)[3]
+            place(key)
+            count -= 1
+            cap = capacity.claimable(self.slots[key], cls)
+            if cap >= size:
+                heapq.heappush(heap, (role[key], mine[key], cap - size, key))
+        return count
+
+    def fit_index(self, scope: inventory.Scope, cls: int) -> capacity.Fits:
+        """Class ``cls``'s index of the slots of its scope by capacity, brought up to date."""
+        fits = self.fits.get(cls)
+        if fits is None:
+            fits = self.fits[cls] = capacity.Fits(self.scope_slots[scope], cls, len(self.changed))
+        fits.catch_up(self.changed)
+        return fits
+
+    def best_fit(
+        self, scope: inventory.Scope, cls: int, size: int, mine: Mapping[str, int]
+    ) -> tuple[capacity.Slot | None, int]:
+        """The slot that fits ``size`` nodes of class ``cls`` best, and its capacity: under ``pack`` a domain
+        holding groups of the serving (``mine``) first, then the fewest nodes left, then the smaller key.
+
+        The serving's own domains are few and scanned; the rest is one search in the class's index of slots by
+        capacity (``capacity.Fits``), so a best fit costs O(domains of the serving + log domains), not O(domains)."""
+        members, best = self.scope_members[scope], None
+        for key, groups in mine.items():
+            if groups > 0 and key in members:
+                cap = capacity.claimable(self.slots[key], cls)
+                if cap >= size and (best is None or (cap, key) < best):
+                    best = (cap, key)
+        if best is None:
+            best = self.fit_index(scope, cls).smallest(size)
+        return (None, 0) if best is None else (self.slots[best[1]], best[0])
 
     # -- prefill and decode in units (``pairing``) ------------------------------------------------------------
 
@@ -462,7 +479,7 @@ class _Book:
         r, fed_nodes = pair.ratio, pair.fed.nodes_per_group
         shares = pairing.shares(r, anchor.groups, fed.groups)
         for domain, owed in shares.deficit.items():
-            free = max(0, self.capacity(self.slot(domain), fed.cls))
+            free = max(0, capacity.claimable(self.slot(domain), fed.cls))
             fits = min(owed, free // fed_nodes)
             if fits:
                 self.set_groups(fed, domain, fed.groups.get(domain, 0) + fits)
@@ -491,9 +508,8 @@ class _Book:
         """``count`` units under ``pack``, best fit for the unit's nodes (as ``pack``); returns how many did not fit."""
         size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
         cls, mine = self.owners[pair.anchor.owner].cls, self.serving_groups[pair.anchor.serving]
-        slots = self.scope_slots["clique"]
         while count > 0:
-            best_slot, best_cap = _best_fit(slots, cls, size, mine)
+            best_slot, best_cap = self.best_fit("clique", cls, size, mine)
             if best_slot is None:
                 return count
             take = min(count, best_cap // size)
@@ -507,20 +523,11 @@ class _Book:
         anchor = self.owners[pair.anchor.owner]
         size = pair.anchor.nodes_per_group + fed_each * pair.fed.nodes_per_group
         mine = self.serving_groups[pair.anchor.serving]
-        heap: list[tuple[int, int, int, str]] = []
-        for key in self.scope_keys["clique"]:
-            cap = self.capacity(self.slots[key], anchor.cls)
-            if cap >= size:
-                heap.append((anchor.groups.get(key, 0), mine.get(key, 0), cap - size, key))
-        heapq.heapify(heap)
-        while count > 0 and heap:
-            key = heapq.heappop(heap)[3]
+
+        def place(key: str) -> None:
             self.add_units(pair, key, 1, fed_each)
-            count -= 1
-            cap = self.capacity(self.slots[key], anchor.cls)
-            if cap >= size:
-                heapq.heappush(heap, (anchor.groups[key], mine[key], cap - size, key))
-        return count
+
+        return self.spread_over("clique", anchor.cls, size, anchor.groups, mine, count, place)
 
     # -- results --------------------------------------------------------------------------------------------
 
@@ -549,17 +556,18 @@ class _Book:
         return [first, self.fleet_summary(req, cls)]
 
     def largest_block(self, req: inventory.NodeRequirements, cls: int) -> str:
-        best_key, best_cap = "", 0
-        for key in self.scope_keys[req.scope]:
-            cap = self.capacity(self.slots[key], cls)
-            if cap > best_cap:
-                best_key, best_cap = key, cap
-        return shortfall.largest(best_key, best_cap)
+        most = self.fit_index(req.scope, cls).largest()
+        return shortfall.largest(most[1], most[0]) if most is not None else shortfall.largest("", 0)
 
     def fleet_summary(self, req: inventory.NodeRequirements, cls: int) -> str:
-        slots = [self.slots[k] for k in self.scope_keys[req.scope]]
-        free = sum(slot.free_for.get(cls, 0) for slot in slots)
-        return shortfall.fleet(self.inv, req, free, sum(max(0, self.capacity(slot, cls)) for slot in slots))
+        # Asked only once planning is done, so the same for every role of a class: said once per plan.
+        said = self.summaries.get(cls)
+        if said is None:
+            slots = self.scope_slots[req.scope]
+            free = sum(slot.free_for.get(cls, 0) for slot in slots)
+            left = sum(max(0, capacity.claimable(slot, cls)) for slot in slots)
+            said = self.summaries[cls] = shortfall.fleet(self.inv, req, free, left)
+        return said
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(
@@ -577,27 +585,10 @@ class _Book:
                     schedulable=slot.schedulable,
                     free_before=slot.free,
                     free_after=max(0, slot.free - slot.need) + slot.released,
-                    short=self.short(slot),
+                    short=capacity.short(slot),
                 )
             )
         return tuple(out)
-
-
-def _best_fit(slots: Sequence[_Slot], cls: int, size: int, mine: Mapping[str, int]) -> tuple[_Slot | None, int]:
-    """The slot that fits ``size`` nodes of class ``cls`` best, and its capacity: under ``pack`` a domain holding
-    groups of the serving (``mine``) first, then the fewest nodes left, then the smaller key."""
-    # The hot loop of the planner: capacity() and the rank (slots are in key order and only a strictly better
-    # rank replaces the best) are inlined.
-    best_slot, best_cap, best_near, best_left = None, 0, 2, 0
-    for slot in slots:
-        free = slot.free_for.get(cls, 0)
-        cap = (free if free < slot.limit else slot.limit) - slot.need
-        if cap < size:
-            continue
-        near = 0 if mine.get(slot.key, 0) > 0 else 1
-        if near < best_near or (near == best_near and cap - size < best_left):
-            best_slot, best_cap, best_near, best_left = slot, cap, near, cap - size
-    return best_slot, best_cap
 
 
 def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, list[str]]) -> inventory.Scope:

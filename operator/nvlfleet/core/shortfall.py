@@ -44,23 +44,10 @@ def unplaced(role: str, nodes_per_group: int, req: inventory.NodeRequirements, g
 def fleet(inv: inventory.Inventory, req: inventory.NodeRequirements, free: int, left: int) -> str:
     """Where every node of the wanted product went (``free``: free and usable, ``left``: of those, not needed by
     placed groups), so a person can see what to fix."""
-    total, busy = 0, 0
-    excluded: dict[str, int] = {}
-    products: dict[str, int] = {}
-    for node in inv.nodes:
-        product = node.gpu_product
-        if product is not None:
-            products[product] = products.get(product, 0) + 1
-        if product != req.gpu_product:
-            continue
-        total += 1
-        reason = inventory.unusable_reason(node, req, inv.domain_label)
-        if reason is not None:
-            excluded[reason] = excluded.get(reason, 0) + 1
-        elif node.busy:
-            busy += 1
+    census = inv.census(req)
+    total, busy, excluded = census.total, census.busy, census.excluded
     if total == 0:
-        have = ", ".join(f"{p} ×{c}" for p, c in sorted(products.items())) or "no GPU nodes"
+        have = ", ".join(f"{p} ×{c}" for p, c in sorted(census.products.items())) or "no GPU nodes"
         return f"no node has {names.PRODUCT_LABEL}={req.gpu_product} (the fleet has {have})"
     parts = [
         f"of {problems.counted(total, req.gpu_product + ' node')}, {free} free and usable "
