@@ -3,8 +3,10 @@ simulated decode engine, and the HPA KEDA creates driving the serving's scale su
 
 KEDA registers ``external.metrics.k8s.io`` through the API server's aggregation layer, which changes the cluster
 for everyone on it (and an unanswered APIService makes discovery incomplete), so these tests run on a cluster of
-their own: ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up`` first, then ``pytest -m keda`` (they
-carry the ``keda`` marker, not ``integration``); the ``keda`` fixture runs ``localcluster keda up`` on it. The
+their own: ``make integration`` runs them after the ``integration`` tests on its cluster (CI's is fresh and its
+own), or by hand ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up``, then ``pytest -m keda`` (they
+carry the ``keda`` marker, not ``integration``, so ``pytest -m integration`` on a shared cluster leaves them out);
+the ``keda`` fixture runs ``localcluster keda up`` on it and ``keda down`` after the module. The
 queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
 
 - it rises → decode 2 → 4 groups, prefill follows the ratio (1 → 2), no group spans two racks, and the HPA reports
@@ -49,8 +51,11 @@ def keda_crds(local_cluster: Any) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def keda(keda_crds: list[str]) -> dict[str, int]:
-    return localcluster.keda_up()
+def keda(keda_crds: list[str]) -> Iterator[dict[str, int]]:
+    """KEDA up for this module's tests, and down after them: its processes stopped by their PIDs and the APIService
+    removed, so whatever runs on the cluster next sees the discovery it saw before."""
+    yield localcluster.keda_up()
+    localcluster.keda_down()
 
 
 class Engine:
