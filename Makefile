@@ -45,8 +45,10 @@ unit: setup prometheus ## unit tests of the pure core and CLI (no cluster)
 	$(PY) -m pytest -q tests/unit
 
 .PHONY: integration
-integration: setup prometheus cluster-up ## integration tests against the local real cluster
+integration: setup prometheus cluster-up ## integration tests against the local real cluster, then the KEDA loop on it
 	$(PY) -m pytest -q -m integration tests/integration
+	@# After the rest: the KEDA tests register external.metrics.k8s.io on this cluster (their fixture removes it again).
+	$(PY) -m pytest -q -m keda tests/integration/test_autoscaling_keda.py
 
 .PHONY: test
 test: lint unit integration ## everything CI runs: lint, types, unit and integration tests

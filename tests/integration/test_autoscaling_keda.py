@@ -3,14 +3,17 @@ simulated decode engine, and the HPA KEDA creates driving the serving's scale su
 
 KEDA registers ``external.metrics.k8s.io`` through the API server's aggregation layer, which changes the cluster
 for everyone on it (and an unanswered APIService makes discovery incomplete), so these tests run on a cluster of
-their own: ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up`` first, then ``pytest -m keda`` (they
-carry the ``keda`` marker, not ``integration``); the ``keda`` fixture runs ``localcluster keda up`` on it. The
+their own: ``make integration`` runs them after the ``integration`` tests on its cluster (CI's is fresh and its
+own), or by hand ``NVLFLEET_CLUSTER_DIR=<private dir> python -m localcluster up``, then ``pytest -m keda`` (they
+carry the ``keda`` marker, not ``integration``, so ``pytest -m integration`` on a shared cluster leaves them out);
+the ``keda`` fixture runs ``localcluster keda up`` on it and ``keda down`` after the module. The
 queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
 
 - it rises → decode 2 → 4 groups, prefill follows the ratio (1 → 2), no group spans two racks, and the HPA reports
   ScalingActive=True (KEDA's metrics server answers);
 - it falls → back to 2 decode groups after the (short) scale-down stabilisation window;
-- on a fleet with room for only 3 decode groups: InsufficientCapacity, and the HPA holds at ready < desired.
+- on a fleet with room for one prefill:decode unit only: InsufficientCapacity says the second unit is missing, and
+  the HPA holds at ready < desired.
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ def keda_crds(local_cluster: Any) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def keda(keda_crds: list[str]) -> dict[str, int]:
-    return localcluster.keda_up()
+def keda(keda_crds: list[str]) -> Iterator[dict[str, int]]:
+    """KEDA up for this module's tests, and down after them: its processes stopped by their PIDs and the APIService
+    removed, so whatever runs on the cluster next sees the discovery it saw before."""
+    yield localcluster.keda_up()
+    localcluster.keda_down()
 
 
 class Engine:
@@ -203,8 +209,9 @@ def test_on_a_full_fleet_the_scale_up_places_what_fits_and_the_hpa_holds(
     api_client: client.ApiClient,
     tmp_path: pathlib.Path,
 ) -> None:
-    # 14 of the rack's 18 trays run another tenant's pod: 4 free, room for 3 decode + 1 prefill, never 4 + 2.
-    fleet = gb200_fleet(racks=1, oddities=localfleet.Oddities(rack=0, occupied=14))
+    # 14 of the rack's 18 trays are cordoned: 4 free, room for one unit (2 decode + 1 prefill), never two. Cordoned, not
+    # occupied: the operator runs with --namespace and so never sees another namespace's pods, only the nodes.
+    fleet = gb200_fleet(racks=1, oddities=localfleet.Oddities(rack=0, cordoned=14))
     with engine() as sim, prometheus(tmp_path, sim.target, cluster.namespace, "full") as prom:
         start_operator()
         sim.waiting(0)
@@ -215,6 +222,8 @@ def test_on_a_full_fleet_the_scale_up_places_what_fits_and_the_hpa_holds(
         wait_for(lambda: decode_groups(cluster, "full") == 4, 180, "the HPA to ask for 4 decode groups")
         wait_for(lambda: cluster.is_("full", reasons.INSUFFICIENT_CAPACITY), 120, "InsufficientCapacity to say so")
         message = (cluster.condition("full", reasons.INSUFFICIENT_CAPACITY) or {}).get("message", "")
-        assert "more group" in message, message
+        # Prefill and decode are placed together in units of 1 prefill + 2 decode groups (3 trays): 3 of the 4 free
+        # trays hold the first unit, so the second unit (the scale-up's 2 decode + 1 prefill) is what is missing.
+        assert "1 more unit" in message and "3 free nodes" in message, message
         status = hpa(api_client, cluster.namespace, "full").status
         assert status.desired_replicas == 4 and status.current_replicas < 4, status
