@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 import os
 import pathlib
+import re
 import sys
 import threading
 import time
@@ -71,6 +72,11 @@ class FrontDoor:
     def router(self) -> dict[str, Any]:
         (entry,) = [e for e in routers.read_state(self.root) if e.get("serving") == NAME]
         return entry
+
+    def router_log(self) -> str:
+        """The agent's vllm-router's log, without the terminal colours it writes."""
+        (log,) = (self.root / "routers").glob("*.log")
+        return re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
 
     def leaders(self, role: str) -> list[client.V1Pod]:
         pods = self.cluster.pods(NAME)
@@ -168,8 +174,20 @@ class Traffic:
 
 
 @pytest.fixture(scope="module")
-def traffic(front_door: FrontDoor) -> Traffic:
-    """``REQUESTS`` requests through the router, one after another, while the operator's rounds are read."""
+def traffic(front_door: FrontDoor, wait_for: Wait) -> Traffic:
+    """``REQUESTS`` requests through the router, one after another, while the operator's rounds are read.
+
+    They start once the operator publishes rates for both roles: it has sampled every leader before the first
+    request, so the rounds that follow cover all of them."""
+    wait_for(
+        lambda: (
+            {role for role, _ in _round(front_door.operator_metrics(), front_door.cluster.namespace).groups}
+            == {"prefill", "decode"}
+        ),
+        120,
+        "the operator's first rates for both roles",
+        interval=1.0,
+    )
     url = front_door.router()["url"]
     sent, failures = [], []
     started = time.monotonic()
@@ -293,6 +311,9 @@ def test_a_deleted_prefill_leader_is_dropped_requests_keep_succeeding_and_the_gr
     print(f"40 requests during the replacement: {sum(retries)} retries, at most {max(retries)} for one")
     served_after = openaiclient.total(engine_metrics(survivor), counter(vllm_metrics.REQUEST_SUCCESS))
     assert served_after > served_before
+    # vllm-router 0.1.17's discovery says so itself when its pod watch sees the leader go.
+    dropped = f"Removing pod (deletion): {victim.metadata.name} "
+    wait_for(lambda: dropped in front_door.router_log(), 60, "the router to log that it dropped the leader")
 
     def replaced() -> client.V1Pod | None:
         pod = next((p for p in front_door.leaders("prefill") if p.metadata.name == victim.metadata.name), None)
