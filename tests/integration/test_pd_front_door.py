@@ -144,10 +144,19 @@ def front_door(
             return module_cluster.ready(NAME) and found is not None and found["status"] == "True"
 
         wait_for(routing, READY_SECONDS, "the P/D serving Ready and RouterReady=True", interval=2.0)
+        wait_for(lambda: _serves_every_leader(door), 180, "the agent to serve every leader", interval=1.0)
         wait_for(lambda: _answers(door), 180, "the agent's vllm-router to answer /readiness", interval=1.0)
         yield door
         for log in sorted((root / "routers").glob("*.log")):
             print(f"--- {log} ---\n{processes.tail(log, 20)}")
+
+
+def _serves_every_leader(door: FrontDoor) -> bool:
+    """The agent logged a simulated server for each leader pod (it retries, and says so, while an address is taken
+    by a server another process left on a pod IP the cluster has since reused)."""
+    log = (door.root / "agent.log").read_text(errors="replace")
+    pods = [*door.leaders("prefill"), *door.leaders("decode")]
+    return len(pods) == 3 and all(f"leader {door.cluster.namespace}/{p.metadata.name} (" in log for p in pods)
 
 
 def _answers(door: FrontDoor) -> bool:
@@ -177,17 +186,16 @@ class Traffic:
 def traffic(front_door: FrontDoor, wait_for: Wait) -> Traffic:
     """``REQUESTS`` requests through the router, one after another, while the operator's rounds are read.
 
-    They start once the operator publishes rates for both roles: it has sampled every leader before the first
-    request, so the rounds that follow cover all of them."""
-    wait_for(
-        lambda: (
-            {role for role, _ in _round(front_door.operator_metrics(), front_door.cluster.namespace).groups}
-            == {"prefill", "decode"}
-        ),
-        120,
-        "the operator's first rates for both roles",
-        interval=1.0,
-    )
+    They start once the operator publishes rates for both roles, all zero: it has sampled every leader before the
+    first request, so the rounds that follow cover all of them, and what it sampled is the agent's idle servers
+    (not a server another process left on a reused pod IP, which would publish rates of its own)."""
+
+    def idle_rates_for_both_roles() -> bool:
+        groups = _round(front_door.operator_metrics(), front_door.cluster.namespace).groups
+        idle = all(rates["prompt"] == rates["generation"] == 0 for rates, _, _ in groups.values())
+        return idle and {role for role, _ in groups} == {"prefill", "decode"}
+
+    wait_for(idle_rates_for_both_roles, 180, "the operator's first (idle) rates for both roles", interval=1.0)
     url = front_door.router()["url"]
     sent, failures = [], []
     started = time.monotonic()
