@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--namespace", required=True)
     agent.add_argument("--targets-file", type=pathlib.Path, required=True, help="Prometheus file_sd output")
     agent.add_argument("--state-dir", type=pathlib.Path, required=True, help="where router PIDs and logs go")
+    agent.add_argument(
+        "--measured-traffic",
+        action="store_true",
+        help="leaders publish no rates of their own: their /metrics count only the requests they answered",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -36,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from localdemo import agent as agent_process
 
-            return agent_process.main(args.kubeconfig, args.namespace, args.targets_file, args.state_dir)
+            return agent_process.main(
+                args.kubeconfig,
+                args.namespace,
+                args.targets_file,
+                args.state_dir,
+                measured_traffic=args.measured_traffic,
+            )
     except errors.ComponentError as error:
         print(error.line(), file=sys.stderr)
         return 1

@@ -8,6 +8,10 @@ One background process (``python -m localdemo agent``), one pass per second over
                                       ──► Prometheus file_sd targets (labels namespace, serving, role, domain, pod)
     router pods (Running)             ──► the real vllm-router binary with the pod's args (``localdemo.routers``)
 
+With ``--measured-traffic`` every simulated leader publishes no rates of its own (``vllmsim.Load()``): its /metrics
+count exactly the requests it answered, so a test can hold the operator's tokens/s and revenue to the requests it
+sent. The demo itself runs in published-rate mode (``workload.load``), for its throughput figures.
+
 kwok gives every pod a loopback IP, so the simulated server listens exactly where the operator looks for the
 leader's /metrics. A leader that goes away loses its server; a serving whose shape changes gets new rates. The
 operator is not told anything: it finds the servers the way it finds real vLLM.
@@ -38,6 +42,7 @@ from nvlfleet.sim import kvtransfer, simulator, vllmsim
 log = logging.getLogger("localdemo.agent")
 
 LEADER_SELECTOR = f"{names.SERVING_LABEL},{names.LWS_WORKER_INDEX_LABEL}=0"
+MEASURED = vllmsim.Load()  # no published rates: a leader's counters hold exactly the requests it answered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +65,16 @@ class Leader:
 
 class Agent:
     def __init__(
-        self, api: client.ApiClient, namespace: str, targets_file: pathlib.Path, front_doors: routers.Routers
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        targets_file: pathlib.Path,
+        front_doors: routers.Routers,
+        *,
+        measured_traffic: bool = False,
     ) -> None:
         self.api = api
+        self.measured_traffic = measured_traffic
         self.namespace = namespace
         self.targets_file = targets_file
         self.routers = front_doors
@@ -151,6 +163,7 @@ class Agent:
             try:
                 role = models.RoleName(labels.get(names.ROLE_LABEL, "decode"))
                 load, engines = workload.load(serving, role)
+                load = MEASURED if self.measured_traffic else load
             except (ValueError, KeyError) as err:
                 log.warning("no load for %s/%s: %s", self.namespace, pod.metadata.name, err)
                 continue
@@ -196,7 +209,14 @@ def _http_port(pod: Any) -> int:
     return int(named[0] if named else ports[0].container_port if ports else 8000)
 
 
-def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path, state_dir: pathlib.Path) -> int:
+def main(
+    kubeconfig: pathlib.Path,
+    namespace: str,
+    targets_file: pathlib.Path,
+    state_dir: pathlib.Path,
+    *,
+    measured_traffic: bool = False,
+) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:
@@ -207,7 +227,8 @@ def main(kubeconfig: pathlib.Path, namespace: str, targets_file: pathlib.Path, s
         api = config.new_client_from_config(config_file=str(kubeconfig))
         try:
             front_doors = routers.Routers(api, kubeconfig, namespace, state_dir)
-            await Agent(api, namespace, targets_file, front_doors).run(stop)
+            agent = Agent(api, namespace, targets_file, front_doors, measured_traffic=measured_traffic)
+            await agent.run(stop)
         finally:
             api.close()
 

@@ -155,6 +155,15 @@ def test_the_installed_router_parses_the_rendered_command_line_as_meant() -> Non
 
 
 @installed
+def test_a_leader_that_vanishes_while_the_router_waits_for_it_holds_up_discovery_for_seconds_not_minutes() -> None:
+    args = routerflags.accepts(router_args(sb.serving(**PD)))
+
+    # The router's defaults are 600 s checked every 30 s; discovery handles one pod event at a time.
+    assert args.worker_startup_timeout_secs == router.WORKER_STARTUP_TIMEOUT_SECONDS <= 30
+    assert args.worker_startup_check_interval == router.WORKER_STARTUP_CHECK_SECONDS < 30
+
+
+@installed
 def test_the_installed_router_reads_p_d_mode_over_the_leaders_of_both_roles() -> None:
     args = routerflags.accepts(router_args(sb.serving(**PD)))
 

@@ -20,6 +20,10 @@ What the router runs (facts: ``shared/reference/vllm-0.33.0/disaggregation.md`` 
   ``--decode-selector`` over the decode leaders: the router sends each request to a prefill engine with
   ``max_tokens=1`` and then to a decode engine with the prefill's ``kv_transfer_params``.
 - Metrics on ``0.0.0.0:29000`` (the exporter is on by default but binds loopback).
+- A short wait for a discovered engine to answer ``/health`` (``--worker-startup-timeout-secs``,
+  ``--worker-startup-check-interval``): discovery admits only Ready leaders, which answer at once, and it handles
+  pod events one at a time, so with the defaults (600 s, checked every 30 s) a leader deleted while the router
+  waits for it (a LeaderWorkerSet recreating a group twice) stalls every later discovery event for ten minutes.
 - The routing policy: ``spec.router.policy``, else the facts' choice (``round_robin``; ``explain`` says why).
 
 Access: the router's own ServiceAccount, bound by a Role in the serving's namespace to ``get``, ``list`` and
@@ -46,6 +50,9 @@ Engines = Mapping[models.RoleName, Mapping[str, str]]  # the leader labels of ea
 PORT = 8000  # where the router listens: vLLM's own port, so the endpoint looks like one engine
 METRICS_PORT = 29000  # the router's own default, kept
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - the pod's address must be reachable from its Service
+# How long the router waits for a discovered (hence Ready) leader's /health, and how often it looks (see above).
+WORKER_STARTUP_TIMEOUT_SECONDS = 30
+WORKER_STARTUP_CHECK_SECONDS = 2
 CONTAINER = "router"
 HTTP_PORT_NAME = "http"
 METRICS_PORT_NAME = "metrics"
@@ -104,6 +111,10 @@ def argv(serving: models.DeepSeekServing, engines: Engines, engine_port: int) ->
         *discovery(serving, engines),
         "--service-discovery-port",
         str(engine_port),
+        "--worker-startup-timeout-secs",
+        str(WORKER_STARTUP_TIMEOUT_SECONDS),
+        "--worker-startup-check-interval",
+        str(WORKER_STARTUP_CHECK_SECONDS),
         "--prometheus-host",
         ALL_INTERFACES,
         "--prometheus-port",
