@@ -309,8 +309,6 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
         services = core.list_namespaced_service(release.watched, label_selector="nvlfleet.io/serving=flash").items
         assert [s.metadata.name for s in services]
         assert read()["status"].get("observedGeneration") == read()["metadata"]["generation"]
-        events = core.list_namespaced_event(release.watched).items
-        assert [e for e in events if e.involved_object.name == "flash" and e.source.component == "nvlfleet"]
 
         # A changed spec: the LeaderWorkerSet is patched in place, the ComputeDomain no longer wanted is pruned.
         custom.patch_namespaced_custom_object(
@@ -322,6 +320,16 @@ def test_the_operator_reconciles_with_only_the_charts_permissions(
             lambda: any(o["spec"]["replicas"] == 2 for o in children(LWS)) or len(children(LWS)) == 2,
             60,
             "two groups",
+        )
+        # The update is a decision the operator records as an Event (a first rollout is said by the status only).
+        until(
+            lambda: [
+                e
+                for e in core.list_namespaced_event(release.watched).items
+                if e.involved_object.name == "flash" and e.source.component == "nvlfleet"
+            ],
+            60,
+            "an Event of nvlfleet's on the serving",
         )
 
         # Leader election went through the chart's Role: the Lease exists and names this process.

@@ -56,7 +56,8 @@ def test_demo_prints_ready_servings_with_tokens_and_revenue(local_cluster, tmp_p
         root=tmp_path / "demo",
         namespace=f"it-demo-{suffix}",
         fleet=f"itdemo{suffix}",
-        racks=(("GB200", 2), ("GB300", 1)),  # room for every example; the full demo has 4 + 2
+        # Room for every example (a P/D unit needs 6 trays in one rack); the full demo has 4 + 2.
+        racks=(("GB200", 3), ("GB300", 1)),
     )
     router_pids: list[int] = []
     try:

@@ -254,6 +254,14 @@ def chain(
 
     try:
         flash = serving(namespace, "flash", {"prefill": ONE_GROUP, "decode": ONE_GROUP}, racks.name)
+        # Autoscaled (no KEDA here: it runs at its groups, Autoscaling=False), so the ceiling panel has a series.
+        flash["spec"]["autoscaling"] = {
+            "minGroups": 1,
+            "maxGroups": 1,
+            "signal": "waitingRequests",
+            "target": 8,
+            "prefillPerDecode": 1,
+        }
         dark = serving(namespace, "dark", {"decode": ONE_GROUP}, racks.name)  # its leader answers nobody
         stuck = serving(quota_namespace, "stuck", {"decode": ONE_GROUP}, racks.name)  # no group allowed
         for obj in (flash, dark, stuck):

@@ -39,6 +39,9 @@ UNUSED_ON_THIS_CLUSTER = {
     # RBAC's escalation check when the operator creates the router's Role is no request of its own: `get` on
     # pods is held only so that the Role (get, list, watch on pods) can be created without `escalate`.
     ("get", "/pods"): "held for the router's Role",
+    # kopf patches a serving only for a handler's progress annotations, written when a handler fails and is
+    # retried (adapters/main.py: its diff base is kept in memory); no handler fails in this serving's life.
+    ("patch", "nvlfleet.io/deepseekservings"): "kopf's progress annotations, on a retried handler only",
     # No Prometheus Operator runs on the local cluster, so no serving here can have a PodMonitor
     # (test_operator.py proves the missing API is reported instead).
     **{
