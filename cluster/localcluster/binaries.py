@@ -47,20 +47,8 @@ def say(message: str) -> None:
 
 def ensure_all(progress: Progress = say) -> dict[str, pathlib.Path]:
     """Every binary `cluster-up` needs, building what is missing; name → absolute path. On-demand components
-    (Kueue) are left to `ensure`."""
-    found: dict[str, pathlib.Path] = {}
-    missing: list[versions.GoComponent] = []
-    for component in versions.GO_COMPONENTS:
-        if component.on_demand:
-            continue
-        path = _cached_or_on_path(component)
-        if path is None:
-            missing.append(component)
-        else:
-            found[component.name] = path
-    if missing:
-        with _build_lock():
-            found.update(_build(missing, progress))
+    (Kueue, KEDA) are left to `ensure` / `ensure_on_demand`."""
+    found = _ensure_components([c for c in versions.GO_COMPONENTS if not c.on_demand], progress)
     found.update(kubectl_and_helm(progress))
     return found
 
@@ -72,9 +60,14 @@ def ensure(name: str, progress: Progress = say) -> pathlib.Path:
 
 def ensure_on_demand(names: Iterable[str], progress: Progress = say) -> dict[str, pathlib.Path]:
     """Go components by name (the on-demand ones: Kueue, KEDA), building the missing ones in one go; name → path."""
+    return _ensure_components([versions.go_component(name) for name in names], progress)
+
+
+def _ensure_components(components: list[versions.GoComponent], progress: Progress) -> dict[str, pathlib.Path]:
+    """Each component's cached (or on-PATH) binary, the missing ones built in one locked go."""
     found: dict[str, pathlib.Path] = {}
     missing: list[versions.GoComponent] = []
-    for component in map(versions.go_component, names):
+    for component in components:
         path = _cached_or_on_path(component)
         if path is None:
             missing.append(component)
