@@ -11,8 +11,9 @@ router's objects pruned), deleted. Then the local API server's audit log (cluste
 is read for that ServiceAccount's user.
 
 The few permissions no request on this cluster can use are listed in UNUSED_ON_THIS_CLUSTER with the reason (the
-same reasons are in charts/nvlfleet/templates/rbac.yaml); the test fails if any other grant goes unused, so a
-grant the operator stops needing is noticed and removed.
+same reasons are in charts/nvlfleet/templates/rbac.yaml), and the one used only when a handler is retried in
+USED_ONLY_ON_RETRY; the test fails if any other grant goes unused, so a grant the operator stops needing is
+noticed and removed, and if a grant listed as unusable is used.
 
     cd <worktree> && export NVLFLEET_CLUSTER_DIR=... KUBECONFIG=... PATH=... PYTHONPATH=$PWD/cluster:$PWD/tests
     .venv/bin/python -m pytest -q -m integration tests/integration/test_rbac_audit.py
@@ -39,9 +40,6 @@ UNUSED_ON_THIS_CLUSTER = {
     # RBAC's escalation check when the operator creates the router's Role is no request of its own: `get` on
     # pods is held only so that the Role (get, list, watch on pods) can be created without `escalate`.
     ("get", "/pods"): "held for the router's Role",
-    # kopf patches a serving only for a handler's progress annotations, written when a handler fails and is
-    # retried (adapters/main.py: its diff base is kept in memory); no handler fails in this serving's life.
-    ("patch", "nvlfleet.io/deepseekservings"): "kopf's progress annotations, on a retried handler only",
     # No Prometheus Operator runs on the local cluster, so no serving here can have a PodMonitor
     # (test_operator.py proves the missing API is reported instead).
     **{
@@ -53,6 +51,12 @@ UNUSED_ON_THIS_CLUSTER = {
         (verb, "keda.sh/scaledobjects"): "no ScaledObject API here"
         for verb in ("get", "list", "watch", "create", "patch", "delete")
     },
+}
+# Used or not depending on timing, so neither required nor refused: kopf patches a serving only for a handler's
+# progress annotations, written when a handler fails and is retried (adapters/main.py keeps its diff base in
+# memory). On a loaded machine a status write can meet a 409 and be retried; on a quiet one no handler fails.
+USED_ONLY_ON_RETRY = {
+    ("patch", "nvlfleet.io/deepseekservings"): "kopf's progress annotations, on a retried handler only",
 }
 CLUSTER_SCOPED = {"/nodes", "/namespaces", "apiextensions.k8s.io/customresourcedefinitions"}
 SELECTS_NOTHING = "it.nvlfleet.io/rbac-audit"  # a namespace label no namespace carries
@@ -191,6 +195,9 @@ def test_every_permission_the_chart_grants_is_used_and_none_is_refused(
     }
     assert outside == set()
     unused = granted(api_client, release) - auditlog.used(made)
-    assert unused == set(UNUSED_ON_THIS_CLUSTER), "grants never used: " + ", ".join(
-        f"{verb} {resource}" for verb, resource in sorted(unused - set(UNUSED_ON_THIS_CLUSTER))
+    never_used = unused - set(UNUSED_ON_THIS_CLUSTER) - set(USED_ONLY_ON_RETRY)
+    assert never_used == set(), "grants never used: " + ", ".join(f"{v} {r}" for v, r in sorted(never_used))
+    # A grant listed as unusable here that was used means the list (and the chart's comments) are out of date.
+    assert set(UNUSED_ON_THIS_CLUSTER) <= unused, "listed as unusable here, but used: " + ", ".join(
+        f"{v} {r}" for v, r in sorted(set(UNUSED_ON_THIS_CLUSTER) - unused)
     )
