@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nvlfleet.adapters import operator
+from nvlfleet.adapters import servingtelemetry
 from nvlfleet.api import crd, names, reasons
 from nvlfleet.core import demands, inventory, leaderworkersets, planner, reconciler, render, validation
 from support import fleetbuilder as fb
@@ -785,7 +785,7 @@ def test_every_status_field_the_crd_reads_is_one_the_operator_writes() -> None:
     paths = [c["jsonPath"] for c in version["additionalPrinterColumns"]]
     paths += [scale["statusReplicasPath"], scale["labelSelectorPath"]]
     statuses = written_statuses()
-    telemetry = operator._status_metrics(None)  # every telemetry field, null until measured
+    telemetry = servingtelemetry.status_fields(None)  # every telemetry field, null until measured
 
     for path in (p for p in paths if p.startswith(".status.")):
         parsed = re.fullmatch(r'\.status\.(\w+)(?:\[\?\(@\.type=="(\w+)"\)\]\.(\w+))?', path)

@@ -142,7 +142,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
         op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
     worker = nudges.work(op.nudges, op.reconcile, watched=op.watched, retry_seconds=op.config.retry_seconds)
     op.tasks.append(asyncio.create_task(worker, name="nudges"))
-    op.tasks.append(asyncio.create_task(op.scraper.run(op.config.scrape_seconds), name="scraper"))
+    op.tasks.append(asyncio.create_task(op.telemetry.scraper.run(op.config.scrape_seconds), name="scraper"))
     op.tasks.append(asyncio.create_task(nudges.every(op.config.status_metrics_seconds, op.write_status_metrics)))
     op.tasks.append(asyncio.create_task(nudges.every(op.config.recheck_seconds, op.recheck_all), name="re-check"))
     for task in op.tasks:
@@ -185,7 +185,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in op.tasks:
         task.cancel()
     await asyncio.gather(*op.tasks, return_exceptions=True)
-    await op.scraper.close()
+    await op.telemetry.scraper.close()
 
 
 async def _hold(runner: Any) -> None:

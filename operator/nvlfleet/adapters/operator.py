@@ -6,8 +6,8 @@ Adapter, the whole operator data flow for one serving at a time:
     status → events
 
 and, beside it, the routing of watch events to the servings they affect and the telemetry each pass points at
-(the scraper's targets, the tokens/s and revenue copied into status). ``nvlfleet.adapters.main`` wires it into
-kopf; ``nvlfleet run`` builds it.
+(``adapters.servingtelemetry``: the scraper's targets, the tokens/s and revenue copied into status).
+``nvlfleet.adapters.main`` wires it into kopf; ``nvlfleet run`` builds it.
 
 Choices worth knowing:
 
@@ -49,14 +49,13 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from nvlfleet.adapters import caches, exporter, kube, nudges, scraper
+from nvlfleet.adapters import caches, exporter, kube, nudges, servingtelemetry
 from nvlfleet.adapters.config import Config
-from nvlfleet.api import models, names, ownership, problems, reasons
-from nvlfleet.core import group_telemetry, inventory, reconciler
+from nvlfleet.api import names, ownership, reasons
+from nvlfleet.core import inventory, reconciler
 
 log = logging.getLogger("nvlfleet")
 
-LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LABEL_VALUE_MAX = 63
 
 
@@ -96,10 +95,9 @@ class Operator:
         self.nudges = nudges.Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = exporter.OperatorMetrics()
-        self.scraper = scraper.Scraper(self.metrics)
+        self.telemetry = servingtelemetry.ServingTelemetry(self.metrics)
         self.tasks: list[asyncio.Task[None]] = []
         self.nodes_seen: dict[str, tuple[Any, ...]] = {}
-        self.status_metrics: dict[inventory.ServingKey, dict[str, Any]] = {}
         self._served: dict[str, tuple[bool, float]] = {}
         # With leader election: False once this replica may have lost the Lease (then it writes nothing).
         self.fence = fence
@@ -436,17 +434,13 @@ class Operator:
         self.metrics.set_conditions(key.namespace, key.name, conditions)
         if decision.groups:  # a frozen pass judged no groups: the gauges keep what the last planned pass said
             self.metrics.set_groups(key.namespace, key.name, decision.groups, decision.max_groups)
-        if key not in self.status_metrics:  # what the status says now: a restart rewrites nothing that holds
-            observed = serving.get("status") or {}
-            self.status_metrics[key] = {field: observed.get(field) for field in _status_metrics(None)}
-        self._update_targets(key, serving)
+        self.telemetry.point(key, serving, _store(self.indices, "gpu_pods"), self._node_labels)
 
     def forget(self, key: inventory.ServingKey) -> None:
         self.known.pop(key, None)
         self._settled.pop(key, None)
         self.failures.pop(key, None)
-        self.status_metrics.pop(key, None)
-        self.scraper.remove_serving(key.namespace, key.name)
+        self.telemetry.forget(key)
 
     def _api(self) -> kube.Api:
         if self.api is None:
@@ -476,45 +470,6 @@ class Operator:
         for key, known in self.known.items():
             if known.unplaced:
                 self.nudges.add(key)
-
-    # -- telemetry ------------------------------------------------------------------------------------------
-
-    def _update_targets(self, key: inventory.ServingKey, serving: Mapping[str, Any]) -> None:
-        """Point the scraper at this serving's ready group leaders (vLLM's API port serves /metrics)."""
-        try:
-            parsed = models.DeepSeekServing.model_validate(dict(serving))
-        except ValueError:
-            return
-        if not parsed.spec.monitoring.scrape:
-            self.scraper.remove_serving(key.namespace, key.name)
-            return
-        targets = []
-        for pod in _store(self.indices, "gpu_pods"):
-            meta = pod["metadata"]
-            labels = meta.get("labels") or {}
-            if (meta.get("namespace"), labels.get(names.SERVING_LABEL)) != (key.namespace, key.name):
-                continue
-            if labels.get(LEADER_INDEX_LABEL) != "0" or not pod["status"].get("podIP") or not _ready(pod):
-                continue
-            role = labels.get(names.ROLE_LABEL, "decode")
-            role_spec = parsed.spec.roles.prefill if role == "prefill" else parsed.spec.roles.decode
-            if role_spec is None:
-                continue
-            topology = models.role_topology(parsed.spec.gpu, role_spec)
-            node = self._node_labels(pod["spec"].get("nodeName"))
-            domain = node.get(parsed.spec.placement.domain_label) or pod["spec"].get("nodeName") or "unknown"
-            url = f"http://{pod['status']['podIP']}:{_api_port(pod)}"
-            targets.append(group_telemetry.Target(role=role, domain=domain, url=url, gpus=topology.gpus_per_group))
-        try:
-            self.scraper.set_serving(
-                key.namespace,
-                key.name,
-                sorted(targets, key=lambda t: t.url),
-                pricing=parsed.spec.pricing,
-                parity_reference=parsed.spec.parity,
-            )
-        except problems.InvalidSpec as err:
-            log.warning("telemetry for %s disabled: %s", key, err)
 
     def _node_labels(self, name: object) -> Mapping[str, str]:
         node: inventory.Node
@@ -548,20 +503,8 @@ class Operator:
         await self.recheck_all()
 
     async def write_status_metrics(self) -> None:
-        """Copy tokens/s and revenue into each serving's status, only when they changed (rate-limited)."""
-        api = self._api()
-        for key in list(self.known):
-            summary = self.scraper.summary(key.namespace, key.name)
-            fields = _status_metrics(summary)
-            if fields == self.status_metrics.get(key) or not self.may_write():
-                continue
-            try:
-                await asyncio.to_thread(api.patch_status, names.DEEPSEEK_SERVING, key.namespace, key.name, fields)
-            except kube.ApiError as err:
-                if not err.not_found:
-                    log.warning("could not write telemetry status of %s: %s", key, err)
-                continue
-            self.status_metrics[key] = fields
+        """Copy tokens/s and revenue into the status of each serving this process reconciles."""
+        await self.telemetry.write_status(self._api(), self.known, self.may_write)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -594,44 +537,6 @@ def _store(indices: Mapping[str, Any], name: str) -> Iterable[Any]:
         return ()
     store: Iterable[Any] = index[None]
     return store
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
-
-
-def _api_port(pod: Mapping[str, Any]) -> int:
-    """The vLLM API server's port on a leader: its container port named http, else its first port, else 8000."""
-    ports = [p for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []]
-    for port in ports:
-        if port.get("name") == "http":
-            return int(port["containerPort"])
-    return int(ports[0]["containerPort"]) if ports else 8000
-
-
-def _status_metrics(summary: group_telemetry.GroupTelemetry | None) -> dict[str, Any]:
-    """The status telemetry fields; a figure that cannot be computed is null (removed), never 0."""
-    figures = summary.figures if summary is not None else None
-    tokens = summary.tokens_per_second if summary is not None else None
-    revenue = summary.revenue_per_hour if summary is not None else None
-
-    def r(value: float | None) -> float | None:
-        return None if value is None else float(f"{value:.4g}")
-
-    measured = summary.measured_at if summary is not None else None
-    return {
-        "tokensPerSecond": r(tokens.total if tokens else None),
-        "tokensPerSecondPerGpu": r(figures.tokens_per_second_per_gpu if figures else None),
-        "revenuePerHour": r(revenue),
-        "revenuePerGpuHour": r(figures.revenue_per_gpu_hour if figures else None),
-        "parity": r(figures.parity if figures else None),
-        "currency": figures.currency if figures else None,
-        "metricsTime": (
-            datetime.datetime.fromtimestamp(measured, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if measured is not None
-            else None
-        ),
-    }
 
 
 class _Refused(kube.ApiError):
