@@ -249,6 +249,21 @@ def test_a_second_pass_on_the_state_the_first_produced_changes_nothing() -> None
     assert (quiet.apply, quiet.delete, quiet.status, quiet.events) == ((), (), None, ())
 
 
+def test_a_pass_between_the_first_apply_and_ready_groups_writes_no_status() -> None:
+    """A new serving's status is written twice, progressing then ready: a pass that finds the groups still
+    starting (pods scheduled, not ready) says what the first pass said, so it writes nothing."""
+    cluster = Cluster(serving(groups=2, nodes=2), two_racks())
+    first = cluster.converge()
+    cluster.run_groups(ready=False)
+
+    starting = cluster.reconcile(T1)
+
+    assert first.status is not None
+    progressing = condition(first.status, reasons.PROGRESSING)
+    assert (progressing["status"], progressing["reason"]) == ("True", reasons.WAITING_FOR_GROUPS)
+    assert (starting.apply, starting.delete, starting.status) == ((), (), None)
+
+
 def test_fields_the_api_server_or_another_controller_add_are_not_a_difference() -> None:
     cluster = Cluster(serving(groups=1, nodes=2), two_racks())
     cluster.converge()

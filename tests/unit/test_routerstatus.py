@@ -46,10 +46,12 @@ def test_no_ready_router_pod_is_not_ready() -> None:
     assert found is not None and found[:2] == ("False", reasons.ROUTER_NOT_READY)
 
 
-def test_a_router_not_yet_created_is_not_ready_and_says_so() -> None:
+def test_a_router_not_yet_created_is_not_ready_in_the_words_of_one_just_created() -> None:
     serving = servingbuilder.serving()
-    found = routerstatus.condition(serving, [], [])
-    assert found is not None and found[:2] == ("False", reasons.ROUTER_NOT_READY) and "not there yet" in found[2]
+    absent = routerstatus.condition(serving, [], [])
+    created = routerstatus.condition(serving, [router_deployment(serving, 0)], [])
+    assert absent is not None and absent[:2] == ("False", reasons.ROUTER_NOT_READY) and "0/1 router pods" in absent[2]
+    assert absent == created
 
 
 def test_leaders_that_are_not_ready_or_have_no_ip_are_not_engines_the_router_finds() -> None:

@@ -152,9 +152,15 @@ def _judged(roles: list[planner.RolePlan], groups: health.Health, busy: bool, gp
         conds[reasons.DEGRADED] = ("False", reasons.HEALTHY, "no group has lost a node or crashed")
     if busy or groups.rolling or ready < placed:
         detail = [*groups.rolling, *groups.not_ready] or ["applying the children"]
-        reason = (
-            reasons.ROLLING_UPDATE if groups.rolling else (reasons.APPLYING if busy else reasons.WAITING_FOR_GROUPS)
-        )
+        # The reason says the state, not what this pass did: while groups are not ready it stays WaitingForGroups
+        # whether or not this pass applied something, so the pass after the first apply (which applies nothing)
+        # finds the same status and writes none.
+        if groups.rolling:
+            reason = reasons.ROLLING_UPDATE
+        elif ready < placed:
+            reason = reasons.WAITING_FOR_GROUPS
+        else:
+            reason = reasons.APPLYING
         conds[reasons.PROGRESSING] = ("True", reason, f"{ready}/{placed} placed groups ready; " + "; ".join(detail))
     else:
         tail = f"; {problems.counted(unplaced, 'group')} wait for capacity" if unplaced else ""

@@ -27,9 +27,9 @@ def condition(
     if not serving.spec.router.enabled:
         return None
     name = render.router_name(serving.metadata.name)
-    deployment = _deployment(children, name, serving.metadata.namespace)
-    if deployment is None:
-        return ("False", reasons.ROUTER_NOT_READY, f"the router Deployment {name} is not there yet")
+    # A Deployment not created yet (the pass that creates it judges before the watch shows it) has no ready pod,
+    # as one just created has not: the same words for both, so the pass after the first writes no new status.
+    deployment = _deployment(children, name, serving.metadata.namespace) or {}
     wanted = serving.spec.router.replicas
     ready = objects.as_mapping(deployment.get("status")).get("readyReplicas")
     ready = ready if isinstance(ready, int) else 0
