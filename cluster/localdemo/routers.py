@@ -104,6 +104,59 @@ def local_args(args: Sequence[str], port: int, metrics_port: int) -> list[str]:
     return out
 
 
+def router_pod(pod: client.V1Pod) -> RouterPod:
+    """What the demo needs of a router pod: whose it is, its ServiceAccount and its container's args."""
+    (container,) = pod.spec.containers[:1]
+    return RouterPod(
+        namespace=pod.metadata.namespace,
+        serving=(pod.metadata.labels or {}).get(names.SERVING_LABEL, ""),
+        pod=pod.metadata.name,
+        uid=pod.metadata.uid,
+        service_account=pod.spec.service_account_name,
+        args=tuple(container.args or ()),
+    )
+
+
+def router_env(kubeconfig: pathlib.Path) -> dict[str, str]:
+    """The router's environment: the pod's own kubeconfig, no in-cluster variables, no API key to forward."""
+    # The router's kube client reads KUBECONFIG; no in-cluster variables, so it cannot fall back to others.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["KUBECONFIG"] = str(kubeconfig)
+    env.pop("OPENAI_API_KEY", None)  # the router forwards it to the engines as a bearer token
+    return env
+
+
+def pod_kubeconfig(
+    api: client.ApiClient, admin_kubeconfig: pathlib.Path, pod: RouterPod, directory: pathlib.Path
+) -> pathlib.Path:
+    """A kubeconfig presenting a token of the pod's own ServiceAccount, bound to the pod (TokenRequest API)."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=[],
+            expiration_seconds=TOKEN_SECONDS,
+            bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.pod, uid=pod.uid),
+        )
+    )
+    core = client.CoreV1Api(api)
+    token = core.create_namespaced_service_account_token(pod.service_account, pod.namespace, request).status.token
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    user = f"system:serviceaccount:{pod.namespace}:{pod.service_account}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {k: cluster[k] for k in ("server", "certificate-authority")}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user, "namespace": pod.namespace}}],
+        "current-context": user,
+    }
+    path = directory / f"{pod.pod}.kubeconfig"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def read_state(root: pathlib.Path) -> list[dict[str, Any]]:
     """The routers recorded under ``root`` (none if the file is absent or unreadable)."""
     try:
@@ -138,22 +191,8 @@ class Routers:
 
     def pods(self) -> list[RouterPod]:
         listed = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=SELECTOR).items
-        found = []
-        for pod in listed:
-            if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
-                continue
-            (container,) = pod.spec.containers[:1]
-            found.append(
-                RouterPod(
-                    namespace=self.namespace,
-                    serving=(pod.metadata.labels or {}).get(names.SERVING_LABEL, ""),
-                    pod=pod.metadata.name,
-                    uid=pod.metadata.uid,
-                    service_account=pod.spec.service_account_name,
-                    args=tuple(container.args or ()),
-                )
-            )
-        return found
+        running = [p for p in listed if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+        return [router_pod(p) for p in running]
 
     def sync(self) -> None:
         """Start a router for each new router pod; stop those whose pod went away or changed."""
@@ -179,13 +218,10 @@ class Routers:
         log.info("router pod %s gone or changed: stopped vllm-router pid %d", name, gone.pid)
 
     def _start(self, pod: RouterPod) -> Running:
-        kubeconfig = self._kubeconfig(pod)
+        kubeconfig = pod_kubeconfig(self.api, self.admin_kubeconfig, pod, self.root)
         port, metrics_port = localprometheus.free_port(), localprometheus.free_port()
         argv = [sys.executable, str(BINARY), *local_args(pod.args, port, metrics_port)]
-        # The router's kube client reads KUBECONFIG; no in-cluster variables, so it cannot fall back to others.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-        env["KUBECONFIG"] = str(kubeconfig)
-        env.pop("OPENAI_API_KEY", None)  # the router forwards it to the engines as a bearer token
+        env = router_env(kubeconfig)
         process = processes.start(
             argv, self.root / f"{pod.pod}.log", self.root / f"{pod.pod}.pid", cwd=self.root, env=env
         )
@@ -199,34 +235,6 @@ class Routers:
             running.url,
         )
         return running
-
-    def _kubeconfig(self, pod: RouterPod) -> pathlib.Path:
-        """A kubeconfig presenting a token of the pod's own ServiceAccount, bound to the pod (TokenRequest API)."""
-        request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(
-                audiences=[],
-                expiration_seconds=TOKEN_SECONDS,
-                bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.pod, uid=pod.uid),
-            )
-        )
-        core = client.CoreV1Api(self.api)
-        token = core.create_namespaced_service_account_token(pod.service_account, pod.namespace, request).status.token
-        admin = yaml.safe_load(self.admin_kubeconfig.read_text())
-        cluster = admin["clusters"][0]["cluster"]
-        user = f"system:serviceaccount:{pod.namespace}:{pod.service_account}"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {k: cluster[k] for k in ("server", "certificate-authority")}}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": user, "context": {"cluster": "local", "user": user, "namespace": pod.namespace}}],
-            "current-context": user,
-        }
-        path = self.root / f"{pod.pod}.kubeconfig"
-        self.root.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return path
 
     def _write_state(self) -> None:
         text = json.dumps([r.record() for _, r in sorted(self.running.items())], indent=1) + "\n"

@@ -4,9 +4,12 @@ The chain is the production one, end to end, on this machine:
 
     kwok GB200 fleet (local cluster) ← nvlfleet run (the operator, a process) → LeaderWorkerSets → leader pods
     leader pods' loopback IPs ← nvlfleet simulate (vLLM 0.33 /metrics) ← scraped by the operator (tokens, $)
+    router pod's loopback IP  ← the real vllm-router (the 0.1.17 wheel) with the pod's own args, discovering
+                                the leaders with a token of the router's ServiceAccount (localdemo.routers),
+                                sent requests all along by a thread of this module
     Prometheus (Debian's binary) ← the operator's /metrics (as the chart's ServiceMonitor: honor_labels)
-                                 ← the leaders' /metrics (as the operator's PodMonitor, translated the way
-                                   prometheus-operator translates it)
+                                 ← the leaders' /metrics and the router's exporter (as the operator's two
+                                   PodMonitors, translated the way prometheus-operator translates them)
 
 Then each dashboard query, with Grafana's variables set to the live serving (and to "All"), and each alert's
 signal (the quantity it watches) must return at least one series, and each alert expression must evaluate.
@@ -15,18 +18,23 @@ fails here.
 
 Situations the alerts watch are made real, not faked: a serving whose leader answers nobody (scrape errors), a
 serving whose LeaderWorkerSet a ResourceQuota refuses (reconcile errors), status conditions of every serving.
+So are the router's: a request that arrives before the engines answer (no prefill/decode pair: 503), requests
+prefill refuses (an unknown model) and decode refuses (max_tokens past the context) beside answered ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,10 +43,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localcluster import fleet, processes
+from localdemo import routers
 
-from nvlfleet.api import metric_names, models
+from nvlfleet.api import metric_names, models, names
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core import render
+from nvlfleet.facts import vllm_router
+from support import routermetrics
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +57,8 @@ DSS = ("nvlfleet.io", "v1alpha1", "deepseekservings")
 LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 NVLFLEET = str(pathlib.Path(sys.executable).with_name("nvlfleet"))
 RATE_INTERVAL = "20s"  # Grafana's $__rate_interval at a 1 s scrape interval is far shorter; 20 s is safe
+ROUTER_STARTUP_SECONDS = 60.0  # it answers /liveness in about 3 s
+TRAFFIC_SECONDS = 0.5  # one answered request through the router this often; refused ones every tenth
 
 # Per leader (the whole vLLM server): prefill computes prompts, decode generates with speculative decoding.
 LOADS = {
@@ -115,9 +128,14 @@ def _snake(key: str) -> str:
     return re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), key)
 
 
-def pod_monitor_scrape_config(pod_monitor: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
+def pod_monitor_scrape_config(
+    pod_monitor: dict[str, Any], pods: list[dict[str, Any]], listening: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The scrape job prometheus-operator generates for ``pod_monitor``, with the pods it would discover given as
-    static targets carrying the same ``__meta_kubernetes_*`` labels Kubernetes discovery would set."""
+    static targets carrying the same ``__meta_kubernetes_*`` labels Kubernetes discovery would set.
+
+    ``listening``: host:port by pod name, for a pod whose process here listens elsewhere than its IP and port (the
+    target's address; its labels are the pod's all the same)."""
     (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
     meta = pod_monitor["metadata"]
     targets = []
@@ -133,7 +151,8 @@ def pod_monitor_scrape_config(pod_monitor: dict[str, Any], pods: list[dict[str, 
             "__meta_kubernetes_pod_name": pod["metadata"]["name"],
             **{f"__meta_kubernetes_pod_label_{_sanitize(k)}": v for k, v in pod["metadata"]["labels"].items()},
         }
-        targets.append({"targets": [f"{pod['status']['podIP']}:{port}"], "labels": labels})
+        address = (listening or {}).get(pod["metadata"]["name"], f"{pod['status']['podIP']}:{port}")
+        targets.append({"targets": [address], "labels": labels})
     relabel = [
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
@@ -190,6 +209,7 @@ class Chain:
     namespace: str
     quota_namespace: str
     until: Callable[[Callable[[], Any], float, str], Any]
+    router_trouble: list[str]  # the router traffic's answers other than expected, as they came
     deadline: float | None = None  # set by the first wait for data: 150 s from then for all of them
 
     def returns_data(self, expr: str) -> bool:
@@ -206,7 +226,10 @@ class Chain:
         while empty and time.monotonic() < self.deadline:
             time.sleep(3)
             empty = [(where, expr) for where, expr in empty if not self.returns_data(expr)]
-        return "\n".join(f"{where}: {expr}" for where, expr in empty)
+        report = "\n".join(f"{where}: {expr}" for where, expr in empty)
+        if report and self.router_trouble:
+            report += "\nthe router answered other than expected:\n" + "\n".join(self.router_trouble[-5:])
+        return report
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +257,7 @@ def chain(
     )  # fmt: skip
     started = [operator]
     prometheus: localprometheus.Server | None = None
+    traffic: RouterTraffic | None = None
 
     def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         try:
@@ -274,11 +298,26 @@ def chain(
 
         flash_leaders = until(lambda: leaders("flash", 2), 120, "flash's prefill and decode leaders with an IP")
         until(lambda: leaders("dark", 1), 120, "dark's leader pod with an IP")
-        for pod in flash_leaders:
-            simulated_leader(pod, tmp_path, until, started)
-        prometheus = scraping(flash, flash_leaders, metrics_port, tmp_path / "prometheus").start()
-        yield Chain(prometheus, namespace, quota_namespace, until)
+        router_pod = until(lambda: running_router(core, namespace, "flash"), 120, "flash's router pod with an IP")
+        router = real_router(api_client, kubeconfig, router_pod, tmp_path, started)
+        router_url = router.url
+        until(lambda: answers(router_url + "/liveness"), ROUTER_STARTUP_SECONDS, "flash's vllm-router to start")
+        # Before the engines answer: discovery has found the leaders but admits none until its /health answers.
+        early = routermetrics.post(router_url, routermetrics.no_pair("flash"))
+        assert early is None, f"a request before the engines answer: {early}"
+        for address_file in [simulated_leader(pod, tmp_path, started) for pod in flash_leaders]:
+            until(address_file.exists, 30, f"the simulated leader of {address_file.stem}")
+        until(lambda: answers(router_url + "/readiness"), 120, "flash's vllm-router to admit both leaders")
+        traffic = RouterTraffic(router_url, "flash")
+        traffic.start()
+        served = [api_client.sanitize_for_serialization(p) for p in (*flash_leaders, router_pod)]
+        listening = {router_pod.metadata.name: router.exporter}
+        prometheus = scraping(flash, served, listening, metrics_port, tmp_path / "prometheus").start()
+        yield Chain(prometheus, namespace, quota_namespace, until, traffic.trouble)
     finally:
+        if traffic is not None:
+            traffic.stopping.set()
+            traffic.join(timeout=60)
         for obj_ns, name in ((namespace, "flash"), (namespace, "dark"), (quota_namespace, "stuck")):
             try:
                 custom.delete_namespaced_custom_object(*DSS[:2], obj_ns, DSS[2], name)
@@ -291,11 +330,9 @@ def chain(
             process.stop(timeout=30)
 
 
-def simulated_leader(
-    pod: dict[str, Any], tmp_path: pathlib.Path, until: Callable[..., Any], started: list[processes.Child]
-) -> None:
+def simulated_leader(pod: dict[str, Any], tmp_path: pathlib.Path, started: list[processes.Child]) -> pathlib.Path:
     """vLLM at a leader pod's address (the fleet's pod IPs are loopback addresses), added to ``started`` (to be
-    stopped whatever happens next) and listening when this returns."""
+    stopped whatever happens next); it is listening once the returned addresses file exists."""
     role = pod["metadata"]["labels"]["nvlfleet.io/role"]
     (port,) = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
                if p.get("name") == "http"]  # fmt: skip
@@ -303,17 +340,89 @@ def simulated_leader(
     command = [NVLFLEET, "simulate", "--listen", f"{pod['status']['podIP']}:{port}", "--engines", "4",
                "--model", "flash", "--addresses-file", str(addresses), *LOADS[role]]  # fmt: skip
     started.append(child(command, tmp_path / f"sim-{role}.log"))
-    until(addresses.exists, 30, f"the simulated {role} leader")
+    return addresses
+
+
+def running_router(core: client.CoreV1Api, namespace: str, serving_name: str) -> client.V1Pod | None:
+    """The serving's one router pod, once it runs and has an IP."""
+    selector = f"{names.SERVING_LABEL}={serving_name},{routers.SELECTOR}"
+    pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items if p.status.pod_ip]
+    return pods[0] if len(pods) == 1 and pods[0].status.phase == "Running" else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RealRouter:
+    url: str
+    exporter: str  # host:port of its --prometheus-port
+
+
+def real_router(
+    api_client: client.ApiClient,
+    kubeconfig: pathlib.Path,
+    pod: client.V1Pod,
+    tmp_path: pathlib.Path,
+    started: list[processes.Child],
+) -> RealRouter:
+    """The real vllm-router run with the router pod's own args as the demo runs it (``localdemo.routers``: on
+    127.0.0.1 and free ports, because another process may have left a server on a pod IP the cluster has since
+    reused), discovering the leaders with a token of the pod's ServiceAccount; added to ``started``."""
+    described = routers.router_pod(pod)
+    env = routers.router_env(routers.pod_kubeconfig(api_client, kubeconfig, described, tmp_path / "router"))
+    port, metrics_port = localprometheus.free_port(), localprometheus.free_port()
+    argv = [sys.executable, str(routers.BINARY), *routers.local_args(described.args, port, metrics_port)]
+    log = tmp_path / "router.log"
+    started.append(processes.Child(argv, log, log.with_suffix(".pid"), cwd=tmp_path, env=env, detach=True).start())
+    return RealRouter(f"http://{routers.LOOPBACK}:{port}", f"{routers.LOOPBACK}:{metrics_port}")
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+class RouterTraffic(threading.Thread):
+    """Requests through the router for as long as the chain runs: answered ones, and every tenth round one that
+    prefill refuses and one that decode refuses; what came back other than expected is kept in ``trouble``."""
+
+    def __init__(self, url: str, model: str) -> None:
+        super().__init__(name="router-traffic", daemon=True)
+        self.url, self.model = url, model
+        self.stopping = threading.Event()
+        self.trouble: list[str] = []
+
+    def run(self) -> None:
+        for turn in itertools.count():
+            if self.stopping.wait(TRAFFIC_SECONDS):
+                return
+            refused = [routermetrics.refused_by_prefill(), routermetrics.refused_by_decode(self.model)]
+            for request in routermetrics.answered(self.model) if turn % 10 else refused:
+                problem = routermetrics.post(self.url, request)
+                if problem is not None:
+                    self.trouble.append(problem)
 
 
 def scraping(
-    flash: dict[str, Any], leaders: list[dict[str, Any]], metrics_port: int, workdir: pathlib.Path
+    flash: dict[str, Any],
+    pods: list[dict[str, Any]],
+    listening: dict[str, str],
+    metrics_port: int,
+    workdir: pathlib.Path,
 ) -> localprometheus.Server:
-    """Prometheus scraping the operator (as the chart's ServiceMonitor) and flash's leaders (as its PodMonitor)."""
+    """Prometheus scraping the operator (as the chart's ServiceMonitor) and flash's leaders and router (as its two
+    PodMonitors, each given the pods its selector matches; ``listening``: see ``pod_monitor_scrape_config``)."""
     with_pod_monitor = {**flash, "spec": {**flash["spec"], "monitoring": {"podMonitor": True}}}
-    pod_monitor = next(
+    monitors = [
         m for m in render.render(models.DeepSeekServing.model_validate(with_pod_monitor)) if m["kind"] == "PodMonitor"
-    )
+    ]
+    assert len(monitors) == 2, [m["metadata"]["name"] for m in monitors]  # the engines' and the router's
+
+    def selected(monitor: dict[str, Any]) -> list[dict[str, Any]]:
+        wanted = monitor["spec"]["selector"]["matchLabels"].items()
+        return [p for p in pods if wanted <= p["metadata"]["labels"].items()]
+
     return localprometheus.Server(
         workdir,
         [
@@ -322,7 +431,7 @@ def scraping(
                 "honor_labels": True,  # as the chart's ServiceMonitor: the serving's namespace label stays
                 "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
             },
-            pod_monitor_scrape_config(pod_monitor, leaders),
+            *(pod_monitor_scrape_config(m, selected(m), listening) for m in monitors),
         ],
     )
 
@@ -333,6 +442,16 @@ def test_the_operators_revenue_gauge_reaches_prometheus(chain: Chain) -> None:
         120,
         "the operator's revenue gauge for flash in Prometheus",
     )
+
+
+def test_the_routers_series_carry_the_servings_namespace_and_serving_and_no_role(chain: Chain) -> None:
+    """What the router row selects by: its PodMonitor's labels, not the engines' role."""
+    family = vllm_router.PD_REQUESTS
+    chain.until(lambda: chain.returns_data(family), 120, f"{family} in Prometheus")
+    (first, *_) = chain.server.query(family)
+    assert first["metric"]["namespace"] == chain.namespace
+    assert first["metric"]["serving"] == "flash"
+    assert "role" not in first["metric"]
 
 
 def test_every_dashboard_query_returns_data_with_the_variables_a_user_sets(chain: Chain) -> None:

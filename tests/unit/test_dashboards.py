@@ -27,7 +27,7 @@ from nvlfleet.api import models
 from nvlfleet.api import parity as parity_api
 from nvlfleet.artifacts import alerts, dashboards
 from nvlfleet.core.group_telemetry import Target
-from nvlfleet.facts import vllm_metrics
+from nvlfleet.facts import vllm_metrics, vllm_router
 from nvlfleet.sim import simulator, vllmsim
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -35,6 +35,7 @@ CHART = REPO / "charts" / "nvlfleet"
 
 NVLFLEET_NAME = re.compile(r"\bnvlfleet_[a-z0-9_]+\b")
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+\b")
+ROUTER_NAME = re.compile(r"\bvllm_router_[a-z0-9_]+\b")
 
 
 def every_expression() -> list[tuple[str, str]]:
@@ -166,6 +167,26 @@ def test_every_vllm_metric_in_the_dashboards_is_one_the_pinned_vllm_exposes() ->
     assert used <= exposed, used - exposed
 
 
+def test_every_router_metric_in_the_dashboards_is_one_the_pinned_router_exposes() -> None:
+    facts = vllm_router.load()
+    exposed = {sample for metric in facts.metrics.values() for sample in metric.samples}
+    used = {name for _, expr in every_expression() for name in ROUTER_NAME.findall(expr)}
+    assert used, "the serving dashboard shows the router's own metrics"
+    assert used <= exposed, used - exposed
+
+
+def test_a_router_label_the_pinned_router_does_not_give_a_family_is_refused() -> None:
+    with pytest.raises(KeyError, match="labels vllm_router_pd_errors_total with no"):
+        dashboards._router(vllm_router.PD_ERRORS, by="route")
+
+
+def test_the_router_panels_do_not_select_by_role() -> None:
+    """The router's PodMonitor gives its series no role: a role matcher would hide them once a role is picked."""
+    router_queries = [e for e in dashboards.promql_expressions() if ROUTER_NAME.search(e.expr)]
+    assert router_queries
+    assert [e.panel for e in router_queries if "role" in e.expr] == []
+
+
 def test_a_vllm_name_the_pinned_version_does_not_expose_is_refused() -> None:
     with pytest.raises(KeyError, match="exposes no sample"):
         vllm_metrics.exposed("vllm:time_to_first_token_bucket", dashboards.VLLM_VERSION)
@@ -197,7 +218,7 @@ def test_every_per_serving_series_is_filtered_by_the_namespace_and_serving_selec
     dashboard: dashboards.Dashboard,
 ) -> None:
     fleet_wide = {names.DOMAIN_FREE_NODES}  # a rack's free nodes belong to no serving
-    selectors = re.compile(r"\b((?:nvlfleet_|vllm:)[a-z0-9_:]+)(\{[^}]*\})?")
+    selectors = re.compile(r"\b((?:nvlfleet_|vllm:|vllm_router_)[a-z0-9_:]+)(\{[^}]*\})?")
     for expression in dashboards.promql_expressions():
         if expression.dashboard != dashboard.title or expression.panel.startswith("variable"):
             continue

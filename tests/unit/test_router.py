@@ -13,7 +13,7 @@ import pytest
 from nvlfleet.api import names
 from nvlfleet.core import render, router, validation
 from nvlfleet.facts import vllm_router
-from support import golden_cases, routerflags
+from support import golden_cases, routerflags, routermetrics
 from support import servingbuilder as sb
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -100,6 +100,40 @@ def test_the_installed_wheel_is_the_pinned_version() -> None:
 def test_the_packaged_flags_are_what_the_installed_wheel_defines() -> None:
     packaged = json.loads((PACKAGED / "cli-flags.json").read_text())["flags"]
     assert packaged == routerflags.flags(), "refresh it: see tests/support/routerflags.py"
+
+
+# --- the metrics -------------------------------------------------------------------------------------------------
+
+
+def router_metrics_named_by_the_reference() -> dict[str, set[str]]:
+    """Each family disaggregation.md §6 "Router metrics" names, with the labels it gives in braces."""
+    text = section(reference(), 6).split("**Router metrics**", 1)[1].split("\n\n", 1)[0]
+    named: dict[str, set[str]] = {}
+    for name, labels in re.findall(r"`(vllm_router_[a-z_*]+)(?:\{([a-z_,]+)\})?`", text):
+        named[name] = set(labels.split(",")) if labels else set()
+    return named
+
+
+@installed
+def test_the_packaged_metric_families_are_what_the_installed_router_exposes() -> None:
+    """Every family with its type and own labels, as the real binary writes them in the provoked conditions."""
+    packaged = {m.family: {"type": m.type, "labels": list(m.labels)} for m in FACTS.metrics.values()}
+    exposed = routermetrics.families(routermetrics.exposition())
+    assert packaged == exposed, "refresh metrics.yaml: see tests/support/routermetrics.py"
+
+
+def test_every_router_metric_disaggregation_md_names_is_exposed_or_said_why_not() -> None:
+    named = router_metrics_named_by_the_reference()
+    assert len(named) >= 10  # the list was found
+    assert set(named) - set(FACTS.metrics) - set(FACTS.unseen_metrics) == set()
+    assert set(FACTS.unseen_metrics) <= set(named)  # nothing unseen that the reference does not name
+
+
+def test_the_labels_disaggregation_md_gives_router_metrics_are_the_ones_they_carry() -> None:
+    named = router_metrics_named_by_the_reference()
+    given = {name: labels for name, labels in named.items() if labels and name in FACTS.metrics}
+    assert given  # the reference gives labels for some
+    assert {name: set(FACTS.metric(name).labels) for name in given} == given
 
 
 # --- the command line --------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Three dashboards:
 - *nvlfleet / Fleet*: tokens/s, tokens/s per GPU, revenue per GPU-hour, parity, GPUs per NVLink domain, free
   nodes per rack — filtered by namespace and serving (multi-select).
 - *nvlfleet / Serving*: one serving — prompt vs generation, cached share, speculative acceptance, streaming
-  tokens/s per request, revenue, and vLLM's own TTFT / inter-token latency / KV-cache use / queue.
+  tokens/s per request, revenue, vLLM's own TTFT / inter-token latency / KV-cache use / queue, requests and KV
+  transfer, and its P/D router's own requests, latency, errors and engines.
 - *nvlfleet / Operator*: reconcile rate, errors and latency, planner latency, scrape health.
 
 Conventions the queries keep:
@@ -25,7 +26,8 @@ Conventions the queries keep:
   adds up correctly.
 - Metric names come from one place each: ``nvlfleet_*`` from ``api.metric_names`` (the exporter registers them by
   the same constants; a unit test checks each one is really exported); ``vllm:*`` from ``facts.vllm_metrics``,
-  checked against the pinned vLLM metric facts.
+  checked against the pinned vLLM metric facts; ``vllm_router_*`` from ``facts.vllm_router``, checked against the
+  pinned router's exposition (read from its binary).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nvlfleet.api import metric_names as names
-from nvlfleet.facts import vllm_metrics
+from nvlfleet.facts import vllm_metrics, vllm_router
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metric names: nvlfleet_* from api.metric_names (tests/unit/test_dashboards.py proves each one is exported), vllm:*
@@ -51,6 +53,15 @@ VLLM_VERSION = "0.33.0"
 def _vllm(family: str, suffix: str = "") -> str:
     """A vLLM family's sample (``suffix``: ``_total``, ``_bucket``, ...), as the pinned vLLM version exposes it."""
     return vllm_metrics.exposed(family + suffix, VLLM_VERSION)
+
+
+def _router(family: str, suffix: str = "", by: str = "") -> str:
+    """A router family's sample, refused unless the pinned router exposes it with the labels grouped ``by``."""
+    facts = vllm_router.load()
+    missing = {label.strip() for label in by.split(",") if label.strip()} - set(facts.metric(family).labels)
+    if missing:
+        raise KeyError(f"vllm-router {facts.version} labels {family} with no {sorted(missing)}")
+    return facts.exposed(family + suffix)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -463,7 +474,7 @@ def serving() -> Dashboard:
                 "role", "Role", f'label_values({names.GPUS}{{namespace=~"$namespace", serving=~"$serving"}}, role)'
             ),
         ],
-        rows=[throughput, money, engine, _requests_row(v), groups],
+        rows=[throughput, money, engine, _requests_row(v), _router_row(), groups],
         file_name="nvlfleet-serving.json",
     )
 
@@ -490,6 +501,48 @@ def _requests_row(v: str) -> Row:
                   unit="reqps", width=8,
                   description="Requests vLLM finished with an error, e.g. a KV load that failed under "
                   "kv_load_failure_policy fail (recompute computes the prompt again instead)."),
+        ],
+    )  # fmt: skip
+
+
+def _router_row() -> Row:
+    """The serving's P/D router, from its own exporter (vllm-router's P/D families, ``facts.vllm_router``).
+
+    Its PodMonitor gives the router's series the serving's namespace and serving labels, and no role (the router
+    sits in front of both), so these queries select by namespace and serving only: the role selection does not
+    hide them."""
+    r = _FLEET
+
+    def rate(family: str, by: str, extra: str = "") -> str:
+        sample = _sel(_router(family, by=by), r, extra)
+        return f"sum{f' by ({by})' if by else ''} (rate({sample}[$__rate_interval]))"
+
+    duration = _router(vllm_router.PD_REQUEST_DURATION_SECONDS, "_bucket", by="route")
+    health = _sel(_router(vllm_router.WORKER_HEALTH), r)
+    return Row(
+        "Router (prefill/decode)",
+        [
+            Panel("Router requests/s by route", [Query(rate(vllm_router.PD_REQUESTS, "route"), "{{route}}")],
+                  unit="reqps", stacked=True, width=8,
+                  description="Requests the router chose a prefill/decode pair for, by OpenAI route, whether the "
+                  "engines answered or refused them; those it found no pair for count under router errors only."),
+            Panel("Router request duration", [
+                Query(_quantile(q, duration, r), f"p{int(q * 100)}") for q in (0.5, 0.99)], unit="s", width=8,
+                description="From a request's arrival until the decode engine's response begins (a streamed "
+                "answer's tokens follow), prefill and the KV hand-off included; refused requests included."),
+            Panel("Router errors/s", [
+                Query(rate(vllm_router.PD_PREFILL_ERRORS, ""), "prefill answered an error"),
+                Query(rate(vllm_router.PD_DECODE_ERRORS, ""), "decode answered an error"),
+                Query(rate(vllm_router.PD_ERRORS, "error_type"), "router: {{error_type}}")],
+                unit="reqps", width=8, thresholds=((None, "green"), (0.001, "red")),
+                description="Engine errors by stage (a refused request counts where it was refused: an unknown "
+                "model at prefill, a max_tokens past the context at decode), and the router's own failures by "
+                "type (server_selection: no healthy prefill/decode pair, answered 503)."),
+            Panel("Router's engines", [
+                Query(f"sum({health})", "healthy"),
+                Query(f"count({health})", "known")], width=24, height=6,
+                description="Engine DP ranks the router knows (one url@rank per data-parallel engine it found on "
+                "each discovered leader) and how many of them pass its health check."),
         ],
     )  # fmt: skip
 

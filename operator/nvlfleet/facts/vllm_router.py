@@ -6,7 +6,11 @@ command line exists in these facts; a unit test proves it, and another runs the 
 wheel's own parser). The folder ``data/vllm-router/<version>/`` holds ``cli-flags.json``, read from the wheel's
 argparse definition (``tests/support/routerflags.py`` writes it; a test keeps it equal to the installed wheel), and
 ``rules.yaml``, nvlfleet's reading of ``shared/reference/vllm-0.33.0/disaggregation.md``: the defaults it states,
-the policy nvlfleet chooses and why, the policies it refuses and why, discovery and health endpoints.
+the policy nvlfleet chooses and why, the policies it refuses and why, discovery and health endpoints; and
+``metrics.yaml``, the router's Prometheus exposition in P/D mode, read from the real binary
+(``tests/support/routermetrics.py`` prints it; a test keeps it equal to what the wheel exposes, another keeps it
+consistent with disaggregation.md §6). The constants below are the one home of the ``vllm_router_*`` names
+nvlfleet reads (``artifacts.dashboards`` charts them), each checked against ``metrics.yaml`` at import.
 
 API::
 
@@ -17,6 +21,8 @@ API::
     f.default_policy, f.default_policy_reason
     f.refused_policies -> {policy: why}
     f.defaults -> {flag: value}           # as disaggregation.md states them
+    f.metric(family) -> RouterMetric      # KeyError if the router does not expose it
+    f.exposed(sample) -> sample           # a family's sample name (histogram: _bucket/_sum/_count), else KeyError
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ VERSION = "0.1.17"  # the one vllm-router release nvlfleet renders for (PyPI vll
 
 _DATA = "data/vllm-router"
 
+# The router's metric families nvlfleet charts (P/D mode), as the exposition names them.
+PD_REQUESTS = "vllm_router_pd_requests_total"  # counter {route}: requests a prefill/decode pair was chosen for
+PD_REQUEST_DURATION_SECONDS = "vllm_router_pd_request_duration_seconds"  # histogram {route}: the same requests
+PD_PREFILL_ERRORS = "vllm_router_pd_prefill_errors_total"  # counter {worker}: a prefill answered an error
+PD_DECODE_ERRORS = "vllm_router_pd_decode_errors_total"  # counter {worker}: a decode answered an error
+PD_ERRORS = "vllm_router_pd_errors_total"  # counter {error_type}: failures of the router's own (no P/D pair)
+WORKER_HEALTH = "vllm_router_worker_health"  # gauge {worker}: one series per engine DP rank (url@rank), 1 healthy
+
 
 @dataclasses.dataclass(frozen=True)
 class RouterFlag:
@@ -48,6 +62,24 @@ class RouterFlag:
 
 
 @dataclasses.dataclass(frozen=True)
+class RouterMetric:
+    """One metric family of the router's exposition: its type and its own labels (not the scrape's)."""
+
+    family: str
+    type: str  # counter | gauge | histogram | summary
+    labels: tuple[str, ...]
+
+    @property
+    def samples(self) -> tuple[str, ...]:
+        """The sample names the exposition writes for this family."""
+        if self.type == "histogram":
+            return tuple(f"{self.family}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        if self.type == "summary":
+            return (self.family, f"{self.family}_sum", f"{self.family}_count")
+        return (self.family,)
+
+
+@dataclasses.dataclass(frozen=True)
 class RouterFacts:
     version: str
     binary: str
@@ -59,6 +91,20 @@ class RouterFacts:
     discovery_pod_verbs: tuple[str, ...]
     liveness_path: str
     readiness_path: str
+    metrics: Mapping[str, RouterMetric]
+    unseen_metrics: Mapping[str, str]  # families disaggregation.md names that the router does not expose, and why
+
+    def metric(self, family: str) -> RouterMetric:
+        found = self.metrics.get(family)
+        if found is None:
+            raise KeyError(f"vllm-router {self.version} exposes no metric family {family!r}")
+        return found
+
+    def exposed(self, sample: str) -> str:
+        """``sample``, refused unless the router's exposition writes a sample of that name."""
+        if not any(sample in m.samples for m in self.metrics.values()):
+            raise KeyError(f"vllm-router {self.version} exposes no sample {sample!r}")
+        return sample
 
     def flag(self, name: str) -> RouterFlag:
         return self.flags[name]
@@ -80,6 +126,7 @@ def load(version: str = VERSION) -> RouterFacts:
     """The facts of one packaged vllm-router version (FileNotFoundError for a version nvlfleet does not package)."""
     raw_flags: dict[str, dict[str, Any]] = json.loads(_read(version, "cli-flags.json"))["flags"]
     rules: dict[str, Any] = yaml.safe_load(_read(version, "rules.yaml"))
+    metrics: dict[str, Any] = yaml.safe_load(_read(version, "metrics.yaml"))
     flags = {
         name: RouterFlag(
             name=name,
@@ -102,4 +149,14 @@ def load(version: str = VERSION) -> RouterFacts:
         discovery_pod_verbs=tuple(rules["discovery"]["pod_verbs"]),
         liveness_path=str(rules["health"]["liveness"]),
         readiness_path=str(rules["health"]["readiness"]),
+        metrics={
+            str(name): RouterMetric(family=str(name), type=str(spec["type"]), labels=tuple(spec["labels"]))
+            for name, spec in metrics["families"].items()
+        },
+        unseen_metrics={str(k): " ".join(str(v).split()) for k, v in metrics["unseen"].items()},
     )
+
+
+CHARTED = (PD_REQUESTS, PD_REQUEST_DURATION_SECONDS, PD_PREFILL_ERRORS, PD_DECODE_ERRORS, PD_ERRORS, WORKER_HEALTH)
+for _family in CHARTED:
+    load().metric(_family)  # at import: every name above is one the pinned router exposes
