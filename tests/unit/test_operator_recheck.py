@@ -14,6 +14,7 @@ import kopf
 
 from nvlfleet.adapters import caches, main, operator
 from nvlfleet.adapters.config import Config
+from nvlfleet.api import names
 from nvlfleet.core import inventory
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
@@ -147,6 +148,43 @@ def test_a_fleet_change_elsewhere_leaves_a_placed_serving_settled() -> None:
     op.changed()  # another serving's pod or LeaderWorkerSet
 
     assert not rechecked(op)
+
+
+def test_another_servings_write_the_watch_catches_up_with_leaves_this_serving_settled() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    written = {
+        "kind": "Service",
+        "metadata": {
+            "name": "other-decode",
+            "namespace": KEY.namespace,
+            "resourceVersion": "500",
+            "labels": {names.SERVING_LABEL: "other"},
+        },
+    }
+    op.applied.note(written)  # the other serving's pass applied it ...
+    assert not rechecked(op)
+    op.applied.seen(written)  # ... and its watch delivered it
+
+    assert not rechecked(op)
+
+
+def test_this_servings_own_write_the_watch_has_not_delivered_makes_the_recheck_pass_it() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    op.applied.note(
+        {
+            "kind": "Service",
+            "metadata": {
+                "name": f"{KEY.name}-extra",
+                "namespace": KEY.namespace,
+                "resourceVersion": "500",
+                "labels": {names.SERVING_LABEL: KEY.name},
+            },
+        }
+    )
+
+    assert rechecked(op)
 
 
 def test_a_fleet_change_makes_the_recheck_pass_a_serving_waiting_for_room() -> None:

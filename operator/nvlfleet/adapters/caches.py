@@ -175,6 +175,20 @@ class Written:
         with self._lock:
             self._sets[_ident(applied)] = applied
 
+    def pending(self, namespace: str, serving: str) -> tuple[tuple[str, str, str], ...]:
+        """This process's writes of ``serving``'s children that the watch has not delivered: (kind, name,
+        resourceVersion) each. Part of what a pass of that serving reads (``Operator.inputs``); another serving's
+        writes are not, so one serving's catching up does not make every other serving's re-check run a pass."""
+        with self._lock:
+            return tuple(
+                sorted(
+                    (key[0], key[2], str((obj.get("metadata") or {}).get("resourceVersion") or ""))
+                    for key, obj in self._sets.items()
+                    if key[1] == namespace
+                    and ((obj.get("metadata") or {}).get("labels") or {}).get(names.SERVING_LABEL) == serving
+                )
+            )
+
     def seen(self, watched: Mapping[str, Any], deleted: bool = False) -> None:
         """The watch delivered ``watched``: forget the write it makes redundant. A deletion counts only for the
         object written (same uid): an old object's deletion can arrive after a new one of that name was applied."""

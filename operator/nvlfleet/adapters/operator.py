@@ -286,11 +286,15 @@ class Operator:
             c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
         ]
         versions = sorted((c.kind, c.resource_version) for c in children)
+        pruned = sum(c.uid in self._pruned for c in children)
         # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
         # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
         known = self.known.get(key)
         fleet = self._version if known is None or known.unplaced else 0
-        return (serving_version, fleet, len(self.applied), len(self._pruned), *versions)
+        # This serving's own writes and deletions the watch has not caught up with, not the whole process's: a
+        # global count changed whenever any serving's write was delivered, and re-ran every settled serving.
+        pending = self.applied.pending(key.namespace, key.name)
+        return (serving_version, fleet, pending, pruned, *versions)
 
     def serving_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A watch event of a serving: passes read it here, not from the API server."""
