@@ -486,6 +486,7 @@ def _requests_report(traffic: list[frontdoor.Traffic], servings: list[dict[str, 
     first = traffic[0]
     return "\n".join(
         [
+            "",  # the report before this ends without a newline: this one and the next make the blank line
             "",
             "Requests through each serving's vllm-router (the real 0.1.17 binary, one per router pod; it finds the",
             "engines by Kubernetes discovery with a token of its own ServiceAccount):",
