@@ -298,7 +298,9 @@ def observe(api: client.ApiClient, metrics: str, namespace: str, name: str) -> O
             names.GROUP, names.VERSION, namespace, names.PLURAL, name
         )
         scaled = _scaled_object(api, namespace, name)
-    except ApiException as error:
+        hpa_name = ((scaled or {}).get("status") or {}).get("hpaName")  # KEDA's, once it made the HPA
+        hpa = _hpa(api, namespace, hpa_name) if hpa_name else None
+    except ApiException as error:  # the API server restarting, or the serving deleted: say so and look again
         return Observation(waiting_for=f"the API server ({error.status} {error.reason})")
     groups = _groups(metrics, namespace, name)
     capacity = _condition(obj, reasons.INSUFFICIENT_CAPACITY)
@@ -306,8 +308,6 @@ def observe(api: client.ApiClient, metrics: str, namespace: str, name: str) -> O
         scaling = _condition(obj, reasons.AUTOSCALING, status="False")
         what = f"the operator's ScaledObject ({scaling})" if scaling else "the operator's ScaledObject"
         return Observation(groups=groups, waiting_for=what)
-    hpa_name = (scaled.get("status") or {}).get("hpaName")
-    hpa = _hpa(api, namespace, hpa_name) if hpa_name else None
     return Observation(
         queue=_queue(scaled),
         hpa_desired=None if hpa is None else hpa.status.desired_replicas,
