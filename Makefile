@@ -102,6 +102,19 @@ demo: setup prometheus ## the main job on a laptop: 4 GB200 + 2 GB300 NVL72 rack
 demo-down: ## stop the demo's operator, simulated vLLM and Prometheus (recorded PIDs) and remove its objects
 	@$(PY) -m localdemo down
 
+.PHONY: demo-load
+demo-load: ## queue requests at a demo serving's decode engines, watch KEDA scale it: make demo-load WAITING=32 [SERVING=...]
+	@test -n "$(WAITING)" || { echo "usage: make demo-load WAITING=<requests> [SERVING=<name>]  (needs make keda-up)"; exit 2; }
+	@$(PY) -m localdemo load $(SERVING) --waiting $(WAITING)
+
+.PHONY: keda-up
+keda-up: setup ## KEDA on the local cluster (built once from the Go module proxy, ~20 min; then cached)
+	@$(PY) -m localcluster keda up
+
+.PHONY: keda-down
+keda-down: ## stop KEDA by its recorded PIDs and remove its external metrics APIService
+	@$(PY) -m localcluster keda down
+
 .PHONY: compare-placement
 compare-placement: setup cluster-up ## nvlfleet vs LWS exclusive topology vs pod affinity vs Kueue TAS, same workload, real cluster
 	$(PY) bench/compare_placement.py $(COMPARE_ARGS)

@@ -7,6 +7,8 @@ One background process (``python -m localdemo agent``), one pass per second over
                                           (a P/D serving's prefill a KV producer, its decode a KV consumer)
                                       ──► Prometheus file_sd targets (labels namespace, serving, role, domain, pod)
     router pods (Running)             ──► the real vllm-router binary with the pod's args (``localdemo.routers``)
+    <state dir>/load.json             ──► waiting requests spread over a serving's decode leaders
+                                          (``localdemo.pressure``, written by ``python -m localdemo load``)
 
 With ``--measured-traffic`` every simulated leader publishes no rates of its own (``vllmsim.Load()``): its /metrics
 count exactly the requests it answered, so a test can hold the operator's tokens/s and revenue to the requests it
@@ -34,7 +36,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import computedomains
 
-from localdemo import routers, workload
+from localdemo import pressure, routers, workload
 from nvlfleet.api import models, names
 from nvlfleet.core import render
 from nvlfleet.sim import kvtransfer, simulator, vllmsim
@@ -72,9 +74,11 @@ class Agent:
         front_doors: routers.Routers,
         *,
         measured_traffic: bool = False,
+        load_dir: pathlib.Path | None = None,
     ) -> None:
         self.api = api
         self.measured_traffic = measured_traffic
+        self.load_dir = load_dir  # where `python -m localdemo load` leaves the queue depths (None: no queues)
         self.namespace = namespace
         self.targets_file = targets_file
         self.routers = front_doors
@@ -179,7 +183,7 @@ class Agent:
                 model=models.served_name(serving),
                 kv=workload.kv_config(serving, role),
             )
-        return found
+        return pressed(found, pressure.read(self.load_dir) if self.load_dir else {})
 
     def domain(self, node: str | None, label: str) -> str:
         if node and node not in self._domains:
@@ -201,6 +205,22 @@ class Agent:
         tmp.write_text(text)
         os.replace(tmp, self.targets_file)  # Prometheus never reads half a file
         self._targets = text
+
+
+def pressed(leaders: dict[tuple[str, int], Leader], wanted: dict[pressure.Key, float]) -> dict[tuple[str, int], Leader]:
+    """``leaders`` with each serving's waiting requests (``wanted``) spread evenly over its decode leaders."""
+    decode: dict[pressure.Key, list[tuple[str, int]]] = {}
+    for address, leader in leaders.items():
+        if leader.role == models.RoleName.DECODE:
+            decode.setdefault((leader.namespace, leader.serving), []).append(address)
+    out = dict(leaders)
+    for key, addresses in decode.items():
+        share = pressure.shares(wanted.get(key, 0.0), len(addresses))
+        for address in addresses:
+            load = out[address].load
+            queued = vllmsim.with_pressure(load, waiting_requests=share, kv_cache_usage=load.kv_cache_usage)
+            out[address] = dataclasses.replace(out[address], load=queued)
+    return out
 
 
 def _http_port(pod: Any) -> int:
@@ -227,7 +247,9 @@ def main(
         api = config.new_client_from_config(config_file=str(kubeconfig))
         try:
             front_doors = routers.Routers(api, kubeconfig, namespace, state_dir)
-            agent = Agent(api, namespace, targets_file, front_doors, measured_traffic=measured_traffic)
+            agent = Agent(
+                api, namespace, targets_file, front_doors, measured_traffic=measured_traffic, load_dir=state_dir
+            )
             await agent.run(stop)
         finally:
             api.close()

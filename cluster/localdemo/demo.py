@@ -9,7 +9,9 @@ The steps, each one reusing what already runs, so `make demo` twice changes noth
  5. the agent (``localdemo.agent``): ComputeDomain claim templates and a simulated vLLM server per leader;
  6. Prometheus (Debian's package via ``localprometheus``) scraping the operator and the leaders, with the
     chart's alert rules loaded;
- 7. the GB200/GB300 examples, each with a nodeSelector that keeps it on the demo's racks;
+ 7. the GB200/GB300 examples, each with a nodeSelector that keeps it on the demo's racks, and one of them
+    (``AUTOSCALED``) with ``spec.autoscaling`` on queue depth: idle at its example's size until KEDA runs on the
+    cluster and ``python -m localdemo load`` queues requests at it (``localdemo.load``);
  8. wait until every serving is Ready and reports tokens/s and $/GPU-hour;
  9. send a small, bounded stream of real requests through each serving's router (``localdemo.frontdoor``: the
     real vllm-router the agent runs for each router pod), then print what to look at, with a working curl.
@@ -43,8 +45,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import binaries, cluster, computedomains, fleet, processes
 
-from localdemo import frontdoor, routers
-from nvlfleet.api import models, names
+from localdemo import frontdoor, pressure, routers
+from nvlfleet.api import autoscaling, models, names
 from nvlfleet.core import inventory
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -55,6 +57,12 @@ ALERT_RULES = REPO / "charts" / "nvlfleet" / "files" / "nvlfleet.rules.yaml"
 FIELD_MANAGER = "nvlfleet-demo"
 PROMETHEUS_PORT = 9090  # preferred; any free port when taken
 SAMPLE_QUERY = "sum by (namespace, serving) (nvlfleet_revenue_per_hour)"
+# The example the demo autoscales on waiting requests (`python -m localdemo load`): the P/D one, so prefill follows.
+AUTOSCALED = "v41-flash-pd"
+SCALE_CEILING = 3  # maxGroups = 3 × the example's decode groups: room on the demo's GB200 racks
+WAITING_PER_GROUP = 8  # the target: waiting requests per decode group
+SCALE_DOWN_SECONDS = 60  # HPA stabilisation before a scale-down (KEDA's default 300 s is long for a demo)
+POLLING_SECONDS = 5  # how often KEDA asks the demo's Prometheus (it scrapes every 5 s)
 _LIFECYCLE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
 Say = Callable[[str], None]
@@ -110,7 +118,7 @@ def up(options: Options | None = None, progress: Say = say) -> Result:
     try:
         nodes = _fleet(api, options, step)
         _prerequisites(api, running, options, step)
-        metrics_port = _operator(running, options, state, step)
+        metrics_port = _operator(running, options, state, _prometheus_url(state), step)
         _agent(running, options, state, step)
         prometheus = _prometheus(options, state, metrics_port, step)
         _apply_examples(running, options, step)
@@ -241,7 +249,7 @@ def _wait_namespace_gone(core: client.CoreV1Api, options: Options, step: Say, ti
         time.sleep(1)
 
 
-def _operator(running: cluster.Cluster, options: Options, state: _State, step: Say) -> int:
+def _operator(running: cluster.Cluster, options: Options, state: _State, prometheus: str, step: Say) -> int:
     metrics, webhook = state.port("metrics"), state.port("webhook")
     argv = [
         sys.executable, "-m", "nvlfleet.cli", "run",
@@ -262,6 +270,8 @@ def _operator(running: cluster.Cluster, options: Options, state: _State, step: S
         # One active operator per demo namespace, even if a second `make demo` starts from another checkout.
         "--leader-election-lease", "nvlfleet-demo",
         "--leader-election-namespace", options.namespace,
+        # What the autoscaled serving's ScaledObject queries: the demo's own Prometheus, scraping the leaders.
+        "--prometheus-address", prometheus,
     ]  # fmt: skip
     env = {"PYTHONUNBUFFERED": "1"}  # kopf's login and the operator both use --kubeconfig
     process = state.process("operator", argv)
@@ -289,6 +299,10 @@ def _agent(running: cluster.Cluster, options: Options, state: _State, step: Say)
     path = os.pathsep.join(p for p in (str(REPO / "cluster"), os.environ.get("PYTHONPATH")) if p)
     pid = process.start({"PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
     step(f"agent: started pid {pid}: ComputeDomain stand-in + simulated vLLM leaders (log {_rel(process.log)})")
+
+
+def _prometheus_url(state: _State) -> str:
+    return f"http://127.0.0.1:{state.port('prometheus', PROMETHEUS_PORT)}"
 
 
 def _prometheus(options: Options, state: _State, metrics_port: int, step: Say) -> str:
@@ -350,7 +364,26 @@ def _for_demo(doc: dict[str, Any], options: Options) -> dict[str, Any]:
     doc["metadata"]["namespace"] = options.namespace
     pod = doc["spec"].setdefault("pod", {})
     pod.setdefault("nodeSelector", {})[fleet.LABEL_FLEET] = options.fleet
+    if doc["metadata"]["name"] == AUTOSCALED and not doc["spec"].get("autoscaling"):
+        doc["spec"]["autoscaling"] = demo_autoscaling(doc["spec"]["roles"])
     return doc
+
+
+def demo_autoscaling(roles: dict[str, Any]) -> dict[str, Any]:
+    """``spec.autoscaling`` for the demo's autoscaled example: decode from its own size up to ``SCALE_CEILING``
+    times that on waiting requests, prefill following in the example's own prefill:decode ratio."""
+    decode = int(roles["decode"]["groups"])
+    prefill = (roles.get("prefill") or {}).get("groups")
+    spec = autoscaling.AutoscalingSpec(
+        min_groups=decode,
+        max_groups=decode * SCALE_CEILING,
+        signal=autoscaling.Signal.WAITING_REQUESTS,
+        target=WAITING_PER_GROUP,
+        prefill_per_decode=int(prefill) / decode if prefill else None,
+        scale_down_stabilization_seconds=SCALE_DOWN_SECONDS,
+        polling_seconds=POLLING_SECONDS,
+    )
+    return spec.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def _wait_ready(api: client.ApiClient, options: Options, step: Say) -> list[dict[str, Any]]:
@@ -416,7 +449,9 @@ def _report(
     api: client.ApiClient, running: cluster.Cluster, options: Options, prometheus: str, nodes: list[dict[str, Any]]
 ) -> str:
     dss = _kubectl(running, "get", "dss", "-n", options.namespace).stdout.rstrip()
-    sample = _sample_query(prometheus, options, _servings(api, options))
+    servings = _servings(api, options)
+    sample = _sample_query(prometheus, options, servings)
+    autoscaled = [s["metadata"]["name"] for s in servings if s["metadata"]["name"] == AUTOSCALED]
     lines = [
         "",
         f"$ kubectl get dss -n {options.namespace}",
@@ -433,6 +468,11 @@ def _report(
         f"kubectl     export KUBECONFIG={running.kubeconfig} PATH={binaries.path_dir()}:$PATH",
         f"            kubectl describe dss -n {options.namespace}",
         f"Logs        {_rel(options.root)}/operator.log, agent.log, routers/*.log, prometheus/prometheus.log",
+        *[
+            f"Autoscale   make keda-up, then make demo-load SERVING={name} WAITING={4 * WAITING_PER_GROUP} "
+            "(docs/autoscaling.md)"
+            for name in autoscaled
+        ],
         "Stop        make demo-down   (then make cluster-down to stop the cluster too)",
     ]
     return "\n".join(lines)
@@ -446,6 +486,7 @@ def _requests_report(traffic: list[frontdoor.Traffic], servings: list[dict[str, 
     first = traffic[0]
     return "\n".join(
         [
+            "",  # the report before this ends without a newline: this one and the next make the blank line
             "",
             "Requests through each serving's vllm-router (the real 0.1.17 binary, one per router pod; it finds the",
             "engines by Kubernetes discovery with a token of its own ServiceAccount):",
@@ -558,6 +599,7 @@ def down(options: Options | None = None, progress: Say = say) -> list[str]:
         # A new demo gets new leaders: old series would linger in queries for Prometheus' 5-minute lookback.
         shutil.rmtree(options.root / "prometheus" / "data", ignore_errors=True)
         _targets_file(options).unlink(missing_ok=True)
+        pressure.path(options.root).unlink(missing_ok=True)  # a new demo starts with no queue
         if api is not None:
             _remove_objects(api, options, progress)
     finally:
@@ -602,6 +644,22 @@ def _remove_objects(api: client.ApiClient, options: Options, progress: Say) -> N
         with contextlib.suppress(ApiException):
             core.delete_persistent_volume(pv.metadata.name)
     progress(f"removed fleet {options.fleet!r} ({removed} nodes); the cluster keeps running (make cluster-down)")
+
+
+# --- what runs (for `python -m localdemo load`) -----------------------------------------------------------------
+
+
+def operator_metrics_url(options: Options) -> str | None:
+    """The /metrics URL of the demo's operator while it runs (None: not running)."""
+    state = _State.load(options.root)
+    port = state.ports.get("metrics")
+    running = state.process("operator", state.processes.get("operator") or []).running()
+    return f"http://127.0.0.1:{port}/metrics" if port and running else None
+
+
+def agent_running(options: Options) -> bool:
+    state = _State.load(options.root)
+    return state.process("agent", state.processes.get("agent") or []).running()
 
 
 # --- state and processes ---------------------------------------------------------------------------------------

@@ -3,14 +3,17 @@
 The demo gets its own namespace, fleet name and state directory, so it runs beside a user's `make demo` and
 other tests. It must print `kubectl get dss` with every serving Ready and non-zero TOKENS/S and $/GPU-H (the
 numbers the operator measured from the simulated vLLM leaders), Prometheus must answer the sample query, every
-serving must answer its requests through the real vllm-router, and `down` must stop exactly the processes `up`
+serving must answer its requests through the real vllm-router, the queue `python -m localdemo load` asks for must
+reach the autoscaled serving's decode leaders (and only theirs), and `down` must stop exactly the processes `up`
 started (the routers with the agent) and remove the fleet.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -18,7 +21,9 @@ import uuid
 import pytest
 from kubernetes import client
 from localcluster import fleet as fleets
-from localdemo import demo, frontdoor, routers
+from localdemo import demo, frontdoor, pressure, routers
+
+from nvlfleet.facts import vllm_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +48,31 @@ def pids(root: pathlib.Path) -> dict[str, int]:
         "prometheus": root / "prometheus" / "prometheus.pid",
     }
     return {name: int(path.read_text()) for name, path in files.items() if path.exists()}
+
+
+def waiting_by_leader(root: pathlib.Path, serving: str) -> dict[tuple[str, str], float]:
+    """Per (role, pod) of the serving's leaders, the requests waiting on its /metrics (all engines together)."""
+    targets = json.loads((root / "prometheus" / "vllm-targets.json").read_text())
+    found = {}
+    for target in targets:
+        labels = target["labels"]
+        if labels.get("serving") != serving or "role" not in labels:
+            continue
+        with urllib.request.urlopen(f"http://{target['targets'][0]}/metrics", timeout=10) as answer:
+            lines = answer.read().decode().splitlines()
+        prefix = vllm_metrics.NUM_REQUESTS_WAITING + "{"
+        found[(labels["role"], labels["pod"])] = sum(float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith(prefix))
+    return found
+
+
+def wait_waiting(root: pathlib.Path, serving: str, total: float, timeout: float = 60.0) -> dict[tuple[str, str], float]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = waiting_by_leader(root, serving)
+        decode = sum(value for (role, _), value in found.items() if role == "decode")
+        if math.isclose(decode, total) or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 def alive(pid: int) -> bool:
@@ -93,6 +123,18 @@ def test_demo_prints_ready_servings_with_tokens_and_revenue(local_cluster, tmp_p
         assert "REQUESTS/S" in result.text and "Try it      curl -s http://127.0.0.1:" in result.text
         router_pids = [entry["pid"] for entry in routers.read_state(options.root)]
         assert len(router_pids) >= len(result.traffic) and all(alive(pid) for pid in router_pids)
+
+        # The queue `python -m localdemo load` hands the agent reaches the autoscaled serving's decode leaders,
+        # spread over them, and none of its prefill leaders; 0 drains it again.
+        assert f"make demo-load SERVING={demo.AUTOSCALED}" in result.text
+        pressure.write(options.root, options.namespace, demo.AUTOSCALED, 30)
+        queued = wait_waiting(options.root, demo.AUTOSCALED, 30)
+        decode = [value for (role, _), value in queued.items() if role == "decode"]
+        assert len(decode) >= 2 and math.isclose(sum(decode), 30) and len(set(decode)) == 1, queued
+        assert all(value == 0 for (role, _), value in queued.items() if role != "decode"), queued
+        pressure.write(options.root, options.namespace, demo.AUTOSCALED, 0)
+        drained = wait_waiting(options.root, demo.AUTOSCALED, 0)
+        assert all(value == 0 for value in drained.values()), drained
     finally:
         stopped = demo.down(options, progress=lambda line: print(line, flush=True))
 

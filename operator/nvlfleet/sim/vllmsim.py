@@ -539,8 +539,14 @@ def set_pressure(endpoint: Endpoint, *, waiting_requests: float, kv_cache_usage:
     """Set the requests waiting (``vllm:num_requests_waiting``, over all the endpoint's engines) and the KV-cache
     usage of each engine (``vllm:kv_cache_usage_perc``, 0..1) of ``endpoint``, keeping the rest of its load: what an
     autoscaling test or demo raises and lowers. Returns the new load."""
-    if not 0.0 <= kv_cache_usage <= 1.0:
-        raise ValueError(f"kv_cache_usage {kv_cache_usage} is not a fraction between 0 and 1")
-    load = dataclasses.replace(endpoint.load, waiting_requests=waiting_requests, kv_cache_usage=kv_cache_usage)
+    load = with_pressure(endpoint.load, waiting_requests=waiting_requests, kv_cache_usage=kv_cache_usage)
     endpoint.set_load(load)
     return load
+
+
+def with_pressure(load: Load, *, waiting_requests: float, kv_cache_usage: float) -> Load:
+    """``load`` with that queue depth and KV-cache usage, the rest kept (for a caller that sets loads itself, like
+    the demo's agent)."""
+    if not 0.0 <= kv_cache_usage <= 1.0:
+        raise ValueError(f"kv_cache_usage {kv_cache_usage} is not a fraction between 0 and 1")
+    return dataclasses.replace(load, waiting_requests=waiting_requests, kv_cache_usage=kv_cache_usage)
