@@ -3,16 +3,20 @@
 Part of the demo's data plane (``localdemo.agent`` calls ``Routers.sync`` on every pass, beside the simulated
 vLLM leaders). For each Running router pod (the Deployment ``nvlfleet.core.router`` renders):
 
-    pod's container args ──► vllm-router (the 0.1.17 wheel in .venv), with --host/--port and the exporter's
-                             --prometheus-host/--prometheus-port rewritten to 127.0.0.1 and free ports
+    pod's container args ──► vllm-router (the 0.1.17 wheel in .venv), listening where the pod would: its own
+                             (loopback) pod IP on the ports its args give (--host/--port, and the exporter's
+                             --prometheus-host/--prometheus-port); 127.0.0.1 on free ports when those are taken
     pod's ServiceAccount ──► a TokenRequest token bound to the pod (not admin credentials) in a kubeconfig of its
                              own: the router's Kubernetes discovery watches pods with exactly the Role rendered for it
 
 Everything else is the pod's own command line: discovery in the serving's namespace over its selectors, on the
 engines' port. kwok gives every pod a loopback IP and the agent serves each leader's simulated vLLM on exactly
 ``podIP:port``, so the URLs the router discovers (``http://<podIP>:<port>``) are the simulated engines. The router
-listens on 127.0.0.1 rather than on its own pod IP: nothing the demo starts binds a Service address, and a
-client reaches it by the URL in ``routers.json``.
+listens on its own pod IP in the same way (kwok's pod IPs are loopback addresses, 127.x, so nothing is reachable
+from off this machine). Pod IPs are per cluster, and two local clusters on one machine (the shared one and a
+test's own) can hand out the same one; when the pod's address and port are already taken, the router listens on
+127.0.0.1 on free ports instead, and says so in the agent's log and in ``routers.json`` (``bound``). Nothing the
+demo starts binds a Service address: a client reaches the router by the URL in ``routers.json``.
 
 Each process's PID, executable, argv, URLs and serving are recorded in ``<root>/routers.json``; a router whose pod
 is gone, or whose args changed, is stopped by that PID (``localcluster.processes``: only while the PID still runs
@@ -23,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
 import pathlib
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import localprometheus
@@ -37,6 +43,7 @@ from kubernetes import client
 from localcluster import processes
 
 from nvlfleet.api import names
+from nvlfleet.facts import vllm_router
 
 log = logging.getLogger("localdemo.routers")
 
@@ -62,6 +69,7 @@ class RouterPod:
     uid: str
     service_account: str
     args: tuple[str, ...]
+    ip: str | None = None  # status.podIP
 
 
 @dataclasses.dataclass
@@ -73,6 +81,7 @@ class Running:
     argv: list[str]
     url: str
     metrics_url: str
+    bound: str = "127.0.0.1"  # where it listens: "pod IP", or why not
 
     def record(self) -> dict[str, Any]:
         return {
@@ -84,15 +93,16 @@ class Running:
             "argv": self.argv,
             "url": self.url,
             "metricsUrl": self.metrics_url,
+            "bound": self.bound,
         }
 
 
-def local_args(args: Sequence[str], port: int, metrics_port: int) -> list[str]:
-    """The pod's router args with where it listens replaced by 127.0.0.1 and the given ports."""
+def local_args(args: Sequence[str], port: int, metrics_port: int, host: str = LOOPBACK) -> list[str]:
+    """The pod's router args with where it listens replaced by ``host`` (127.0.0.1) and the given ports."""
     values = {
-        "--host": LOOPBACK,
+        "--host": host,
         "--port": str(port),
-        "--prometheus-host": LOOPBACK,
+        "--prometheus-host": host,
         "--prometheus-port": str(metrics_port),
     }
     out = list(args)
@@ -114,7 +124,45 @@ def router_pod(pod: client.V1Pod) -> RouterPod:
         uid=pod.metadata.uid,
         service_account=pod.spec.service_account_name,
         args=tuple(container.args or ()),
+        ip=pod.status.pod_ip if pod.status is not None else None,
     )
+
+
+def pod_ports(args: Sequence[str]) -> tuple[int, int]:
+    """The router's port and its exporter's, as the pod's args give them (the router's defaults otherwise)."""
+
+    def value(flag: str, default: int) -> int:
+        if flag in args and args.index(flag) + 1 < len(args):
+            return int(args[args.index(flag) + 1])
+        return default
+
+    defaults = vllm_router.load().defaults
+    return value("--port", int(defaults["--port"])), value("--prometheus-port", int(defaults["--prometheus-port"]))
+
+
+def listen_address(
+    pod: RouterPod, free: Callable[[str, int], bool], spare: Callable[[], int]
+) -> tuple[str, int, int, str]:
+    """Where the router of ``pod`` listens: (host, port, exporter port, how it was chosen). The pod's own IP and
+    ports when it has a loopback IP and both are free; else 127.0.0.1 on ``spare()`` ports, with the reason."""
+    port, metrics_port = pod_ports(pod.args)
+    if pod.ip is None or not ipaddress.ip_address(pod.ip).is_loopback:
+        why = f"127.0.0.1: the pod's IP {pod.ip or '(none yet)'} is not a loopback address this machine can bind"
+    elif not (free(pod.ip, port) and free(pod.ip, metrics_port)):
+        why = f"127.0.0.1: {pod.ip}:{port} or :{metrics_port} is taken (another local cluster's pod with this IP?)"
+    else:
+        return pod.ip, port, metrics_port, "pod IP"
+    return LOOPBACK, spare(), spare(), why
+
+
+def can_bind(host: str, port: int) -> bool:
+    """Whether ``host:port`` is free to listen on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def router_env(kubeconfig: pathlib.Path) -> dict[str, str]:
@@ -219,20 +267,21 @@ class Routers:
 
     def _start(self, pod: RouterPod) -> Running:
         kubeconfig = pod_kubeconfig(self.api, self.admin_kubeconfig, pod, self.root)
-        port, metrics_port = localprometheus.free_port(), localprometheus.free_port()
-        argv = [sys.executable, str(BINARY), *local_args(pod.args, port, metrics_port)]
+        host, port, metrics_port, bound = listen_address(pod, can_bind, localprometheus.free_port)
+        argv = [sys.executable, str(BINARY), *local_args(pod.args, port, metrics_port, host)]
         env = router_env(kubeconfig)
         process = processes.start(
             argv, self.root / f"{pod.pod}.log", self.root / f"{pod.pod}.pid", cwd=self.root, env=env
         )
-        running = Running(pod, process.pid, argv, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{metrics_port}")
+        running = Running(pod, process.pid, argv, f"http://{host}:{port}", f"http://{host}:{metrics_port}", bound)
         log.info(
-            "router pod %s (%s, ServiceAccount %s): vllm-router pid %d on %s",
+            "router pod %s (%s, ServiceAccount %s): vllm-router pid %d on %s (%s)",
             pod.pod,
             pod.serving,
             pod.service_account,
             process.pid,
             running.url,
+            bound,
         )
         return running
 
