@@ -112,6 +112,19 @@ def test_a_settled_serving_is_not_passed_again_by_the_recheck() -> None:
     assert api.calls == []
 
 
+def test_a_pass_that_wrote_only_the_status_leaves_the_serving_settled() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    del api.serving["status"]  # the status lost (an older CRD pruned it, a restore from backup)
+    op.serving_seen(copy.deepcopy(api.serving))
+    asyncio.run(op.reconcile(KEY))
+    assert "patch_status" in api.calls  # the pass wrote the status again ...
+    api.calls.clear()
+
+    assert not rechecked(op)  # ... and the re-check runs no second pass to find it written
+    assert asyncio.run(op.reconcile(KEY)) is not None and "patch_status" not in api.calls
+
+
 def test_a_pass_reads_the_watch_and_asks_the_api_server_nothing() -> None:
     op, api = operator_with_watch()
     settle(op, api)

@@ -18,8 +18,8 @@ Choices worth knowing:
 * **Level-based and quiet.** The reconciler decides from what is there; the periodic re-check (``recheck_all``)
   writes nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the
   status with the observed status), and runs no pass at all for a serving whose inputs (``inputs``: its own
-  version, the watch caches', its children's) are those of its last pass that changed nothing: drift of a child
-  reaches its watch, which nudges the serving. nvlfleet's own Events describe decisions.
+  version, the watch caches', its children's) are those its last pass left, when that pass changed nothing or
+  wrote only the status: drift of a child reaches its watch, which nudges the serving. nvlfleet's own Events describe decisions.
 * **Reads from the watch caches.** A pass reads the serving as last watched (or written), its children from
   kopf's children indexes (one per child kind), nodes and GPU pods from
   kopf's indexes, other servings' LeaderWorkerSets from the index — each merged with this process's own applies
@@ -150,9 +150,26 @@ class Operator:
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
-        elif not decision.writes and not snap.events and inputs is not None:
-            self._settled[key] = inputs  # (a pass that needed the Events is not settled: they are not watched)
+        elif not snap.events and inputs is not None:  # (a pass that needed the Events is not settled: not watched)
+            settled = self._settled_inputs(key, decision, inputs)
+            if settled is not None:
+                self._settled[key] = settled
         return decision
+
+    def _settled_inputs(
+        self, key: inventory.ServingKey, decision: reconciler.Decision, inputs: tuple[Any, ...]
+    ) -> tuple[Any, ...] | None:
+        """What a pass of ``key`` will read if nothing changes after ``decision``, when a pass on it would write
+        nothing: ``inputs`` after a pass that wrote nothing; after one that wrote only the status (and its events),
+        the same inputs with the serving's version as that write left it — the pass after it would find the status
+        it wrote and write nothing, so the re-check need not run it (at start-up, a second pass of every serving).
+        None after a pass that applied or deleted children: their watch events say when it has settled."""
+        if not decision.writes:
+            return inputs
+        if decision.apply or decision.delete or decision.replace or decision.status is None:
+            return None
+        seen = self._seen.get(key)
+        return None if seen is None else self.inputs(key, seen.resource_version)
 
     async def _decide(
         self,
