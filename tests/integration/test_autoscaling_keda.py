@@ -13,7 +13,14 @@ queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
   ScalingActive=True (KEDA's metrics server answers);
 - it falls → back to 2 decode groups after the (short) scale-down stabilisation window;
 - on a fleet with room for one prefill:decode unit only: InsufficientCapacity says the second unit is missing, and
-  the HPA holds at ready < desired.
+  the HPA holds at ready < desired;
+- with a Prometheus address where nothing listens: Autoscaling=False, SignalUnavailable, with KEDA's own reason
+  (TriggerError) and the HPA's, while the serving stays Ready at its spec's decode groups and the operator's
+  gauges say so.
+
+None of the autoscaled servings gets a Reverted event: the ScaledObject nvlfleet applies already holds what KEDA's
+operator writes back into it (``spec.advanced.scalingModifiers: {}``), so there is no other manager's field to
+remove.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import contextlib
 import functools
 import pathlib
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,8 +39,11 @@ import pytest
 from kubernetes import client
 from localcluster import cluster as localcluster
 from localcluster import fleet as localfleet
+from localcluster import operatorprocess
+from prometheus_client import parser
 
-from nvlfleet.api import reasons
+from nvlfleet.api import metric_names, reasons
+from nvlfleet.facts import keda as keda_facts
 from nvlfleet.sim import simulator, vllmsim
 from support.servings import Cluster, groups_of, node_cliques, serving
 
@@ -115,6 +126,27 @@ def hpa_condition(api_client: client.ApiClient, namespace: str, name: str, ctype
     return next((c for c in (hpa(api_client, namespace, name).status.conditions or []) if c.type == ctype), None)
 
 
+def reverted(cluster: Cluster, name: str) -> list[tuple[str, str, str]]:
+    """The serving's Reverted events: fields of another manager nvlfleet removed from one of its children."""
+    return [e for e in cluster.events(name) if e[1] == reasons.REVERTED]
+
+
+def gauges(operator: Any, namespace: str, name: str) -> dict[tuple[str, str], float]:
+    """The operator's serving gauges for ``name``, by (sample name, role or condition label)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels.get("role") or sample.labels.get("condition") or ""): sample.value
+        for family in parser.text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace and sample.labels.get("serving") == name
+    }
+
+
+def signal_unavailable(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    return found if found is not None and found["reason"] == reasons.SIGNAL_UNAVAILABLE else None
+
+
 def autoscaled(fleet: Any, name: str, address: str) -> dict[str, Any]:
     scaling = {
         "minGroups": 2,
@@ -145,7 +177,14 @@ def test_with_kedas_api_the_operator_applies_a_scaled_object_kedas_crd_accepts_o
     fleet = gb200_fleet(racks=1)
     start_operator()
     cluster.create(autoscaled(fleet, "so", "http://127.0.0.1:9090"))
-    wait_for(lambda: cluster.is_("so", reasons.AUTOSCALING), 120, "Autoscaling=True")
+    # KEDA's CRDs only: its operator is not started yet (the `keda` fixture starts it for the tests below), so
+    # nothing reports on the ScaledObject and the condition says so rather than claiming it scales.
+    wait_for(
+        lambda: (cluster.condition("so", reasons.AUTOSCALING) or {}).get("reason") == reasons.WAITING_FOR_KEDA,
+        120,
+        "Autoscaling=False, WaitingForKeda (with KEDA already running by hand, KEDA itself reports instead)",
+    )
+    assert not cluster.is_("so", reasons.AUTOSCALING)
     custom = client.CustomObjectsApi(api_client)
     scaled = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", cluster.namespace, "scaledobjects", "so")
     assert scaled["spec"]["scaleTargetRef"]["kind"] == "DeepSeekServing"
@@ -198,6 +237,8 @@ def test_queue_depth_scales_decode_up_and_back_down_and_prefill_follows_the_rati
         sim.waiting(0)
         wait_for(lambda: decode_groups(cluster, "auto") == 2, 60 + SCALE_DOWN_WINDOW * 4, "decode back to 2")
         wait_for(lambda: placed(cluster, "auto", "prefill") == 1, 120, "prefill to follow back to 1 group")
+        assert cluster.is_("auto", reasons.AUTOSCALING), cluster.condition("auto", reasons.AUTOSCALING)
+        assert reverted(cluster, "auto") == []
 
 
 def test_on_a_full_fleet_the_scale_up_places_what_fits_and_the_hpa_holds(
@@ -227,3 +268,36 @@ def test_on_a_full_fleet_the_scale_up_places_what_fits_and_the_hpa_holds(
         assert "1 more unit" in message and "3 free nodes" in message, message
         status = hpa(api_client, cluster.namespace, "full").status
         assert status.desired_replicas == 4 and status.current_replicas < 4, status
+
+
+def test_an_unreachable_prometheus_says_signal_unavailable_with_kedas_reason_and_decode_keeps_its_spec_groups(
+    keda: dict[str, int],
+    cluster: Cluster,
+    gb200_fleet: Callable[..., Any],
+    start_operator: Callable[..., Any],
+    wait_for: Wait,
+    api_client: client.ApiClient,
+) -> None:
+    fleet = gb200_fleet(racks=1)
+    operator = start_operator()
+    nothing_listens = f"http://127.0.0.1:{operatorprocess.free_port()}"  # bound, read, closed: nobody answers
+    cluster.create(autoscaled(fleet, "blind", nothing_listens))
+    wait_for(lambda: cluster.ready("blind"), 180, "the serving to report Ready at 2 decode groups")
+    # KEDA polls every pollingSeconds (5) and the HPA controller syncs every 15 s; minutes are plenty.
+    found = wait_for(
+        lambda: signal_unavailable(cluster.condition("blind", reasons.AUTOSCALING)), 300, "SignalUnavailable"
+    )
+    assert found["status"] == "False"
+    assert f"Ready=False ({keda_facts.TRIGGER_ERROR}: " in found["message"], found["message"]
+    assert nothing_listens in found["message"], found["message"]
+
+    assert operator.running(), operator.tail()
+    assert decode_groups(cluster, "blind") == 2 and placed(cluster, "blind", "decode") == 2
+    assert cluster.ready("blind")
+    seen = gauges(operator, cluster.namespace, "blind")
+    assert seen[(metric_names.SERVING_CONDITION, reasons.AUTOSCALING)] == 0
+    assert seen[(metric_names.GROUPS_DESIRED, "decode")] == 2
+    assert seen[(metric_names.GROUPS_READY, "decode")] == 2
+    # Nothing measured (the kwok pods run no engine): no throughput gauge at all, rather than a 0 that reads as idle.
+    assert not [key for key in seen if key[0] == metric_names.TOKENS_PER_SECOND], seen
+    assert reverted(cluster, "blind") == []

@@ -1,8 +1,10 @@
-"""spec.autoscaling: prefill follows decode, the KEDA ScaledObject the operator renders, and what capacity decides.
+"""spec.autoscaling: prefill follows decode, the KEDA ScaledObject the operator renders, the Autoscaling condition
+judged from what KEDA reports on it, and what capacity decides.
 
 Reconciler-level tests build the snapshot the operator would read (a serving, kwok-like Nodes, its children) and
 look at the decision; the KEDA side is the ScaledObject's wire shape, which KEDA turns into an HPA on the serving's
-scale subresource (proved on a real cluster by tests/integration/test_autoscaling.py).
+scale subresource (proved on a real cluster by tests/integration/test_autoscaling.py), and the status.conditions
+KEDA v2.21.0 writes on it (facts.keda; met for real in tests/integration/test_autoscaling_keda.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 from nvlfleet.api import autoscaling as autoscaling_api
 from nvlfleet.api import names, reasons
 from nvlfleet.core import autoscaling, reconciler, validation
+from nvlfleet.facts import keda
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -115,10 +118,11 @@ def test_an_autoscaled_serving_gets_a_scaled_object_on_its_scale_subresource_own
     assert trigger["metadata"]["threshold"] == "8"
     assert [r["uid"] for r in scaled["metadata"]["ownerReferences"]] == [UID]
     assert scaled["metadata"]["labels"][names.SERVING_LABEL] == "dsv41"
-    assert (condition(decision, reasons.AUTOSCALING)["status"], condition(decision, reasons.AUTOSCALING)["reason"]) == (
-        "True",
-        reasons.SCALED_OBJECT_RENDERED,
-    )
+
+
+def test_the_scaled_object_carries_the_empty_scaling_modifiers_keda_writes_back_so_nvlfleet_owns_them() -> None:
+    (scaled,) = of_kind(decide(autoscaled()), "ScaledObject")
+    assert scaled["spec"]["advanced"]["scalingModifiers"] == {}
 
 
 def kinds_and_kinds(decision: reconciler.Decision) -> list[str]:
@@ -190,6 +194,139 @@ def test_a_serving_without_autoscaling_has_no_autoscaling_condition() -> None:
     decision = decide(plain)
     assert decision.status is not None
     assert reasons.AUTOSCALING not in [c["type"] for c in decision.status["conditions"]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What KEDA reports on the ScaledObject (KEDA v2.21.0's status.conditions, as its operator writes them)
+
+KEDA_INITIALISED = [
+    {"type": keda.READY, "status": "Unknown"},
+    {"type": "Active", "status": "Unknown"},
+    {"type": "Fallback", "status": "Unknown"},
+    {"type": keda.PAUSED, "status": "False"},
+]
+KEDA_READY = ("True", "ScaledObjectReady", "ScaledObject is defined correctly and is ready for scaling")
+TRIGGER_FAILS = ("False", keda.TRIGGER_ERROR, "Triggers defined in ScaledObject are not working correctly")
+HPA_FAILS = (
+    "False",
+    "FailedGetExternalMetric",
+    "HPA is not actively scaling: the HPA was unable to compute the replica count: unable to get external metric "
+    "llm/s0-prometheus: dial tcp 127.0.0.1:9: connect: connection refused",
+)
+
+
+def keda_says(**conditions: tuple[str, str, str]) -> list[dict[str, str]]:
+    """KEDA's status.conditions: the initialised four, with ``conditions`` (by type) set over them."""
+    found = {c["type"]: dict(c) for c in KEDA_INITIALISED}
+    for ctype, (status, reason, message) in conditions.items():
+        found[ctype] = {"type": ctype, "status": status, "reason": reason, "message": message}
+    return list(found.values())
+
+
+def with_keda_status(conditions: list[dict[str, str]] | None, **extra: Any) -> reconciler.Decision:
+    """The pass after the ScaledObject was applied, with the status KEDA gave it (None: no status at all)."""
+    obj = autoscaled(**extra)
+    (scaled,) = of_kind(decide(obj), "ScaledObject")
+    observed = {**scaled, "metadata": {**scaled["metadata"], "uid": "uid-so"}}
+    if conditions is not None:
+        observed["status"] = {"conditions": conditions, "hpaName": "dsv41"}
+    return decide(obj, children=[observed])
+
+
+def autoscaling_condition(decision: reconciler.Decision) -> tuple[str, str, str]:
+    found = condition(decision, reasons.AUTOSCALING)
+    return found["status"], found["reason"], found["message"]
+
+
+def test_before_the_scaled_object_exists_the_condition_waits_for_keda_and_the_object_is_applied() -> None:
+    decision = decide(autoscaled())
+    assert of_kind(decision, "ScaledObject")
+    status, reason, message = autoscaling_condition(decision)
+    assert (status, reason) == ("False", reasons.WAITING_FOR_KEDA)
+    assert "ScaledObject dsv41" in message and "keda-operator" in message
+
+
+def test_a_scaled_object_without_a_status_waits_for_keda() -> None:
+    assert autoscaling_condition(with_keda_status(None))[:2] == ("False", reasons.WAITING_FOR_KEDA)
+
+
+def test_a_scaled_object_keda_only_initialised_waits_for_keda() -> None:
+    assert autoscaling_condition(with_keda_status(keda_says()))[:2] == ("False", reasons.WAITING_FOR_KEDA)
+
+
+def test_keda_ready_makes_the_condition_true_with_the_bounds_and_the_target() -> None:
+    status, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=KEDA_READY)))
+    assert (status, reason) == ("True", reasons.KEDA_READY)
+    assert "between 2 and 4 groups at waitingRequests 8" in message
+
+
+def test_a_failing_trigger_is_signal_unavailable_with_kedas_reason_and_message_and_the_address_it_queried() -> None:
+    status, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=TRIGGER_FAILS)))
+    assert (status, reason) == ("False", reasons.SIGNAL_UNAVAILABLE)
+    assert f"Ready=False ({TRIGGER_FAILS[1]}: {TRIGGER_FAILS[2]})" in message
+    assert PROMETHEUS in message and "waitingRequests" in message
+
+
+def test_a_failing_trigger_says_why_the_hpa_cannot_read_the_metric_when_keda_mirrors_it() -> None:
+    _, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=TRIGGER_FAILS, HPAActive=HPA_FAILS)))
+    assert reason == reasons.SIGNAL_UNAVAILABLE
+    assert f"HPAActive=False ({HPA_FAILS[1]}: {HPA_FAILS[2]})" in message
+
+
+def test_a_partly_failing_trigger_is_signal_unavailable() -> None:
+    partial = ("Unknown", keda.PARTIAL_TRIGGER_ERROR, "Some triggers defined in ScaledObject are not working correctly")
+    assert autoscaling_condition(with_keda_status(keda_says(Ready=partial)))[:2] == (
+        "False",
+        reasons.SIGNAL_UNAVAILABLE,
+    )
+
+
+def test_an_hpa_that_cannot_read_the_metric_is_signal_unavailable_though_keda_says_ready() -> None:
+    # KEDA's metrics server unreachable: KEDA's own poll works, the HPA's query through the aggregation layer fails.
+    status, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=KEDA_READY, HPAActive=HPA_FAILS)))
+    assert (status, reason) == ("False", reasons.SIGNAL_UNAVAILABLE)
+    assert HPA_FAILS[2] in message and "Ready=" not in message
+
+
+def test_an_hpa_actively_scaling_keeps_the_condition_true() -> None:
+    active = ("True", "HPAActive", "HPA is actively scaling")
+    assert autoscaling_condition(with_keda_status(keda_says(Ready=KEDA_READY, HPAActive=active)))[:2] == (
+        "True",
+        reasons.KEDA_READY,
+    )
+
+
+def test_a_scaled_object_keda_cannot_use_is_keda_not_ready_with_its_reason_and_message() -> None:
+    failed = ("False", "ScaledObjectCheckFailed", "Target resource doesn't expose /scale subresource")
+    status, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=failed)))
+    assert (status, reason) == ("False", reasons.KEDA_NOT_READY)
+    assert f"Ready=False ({failed[1]}: {failed[2]})" in message
+
+
+def test_a_paused_scaled_object_says_paused_and_names_the_annotations_that_pause_it() -> None:
+    paused = ("True", "ScaledObjectPaused", "ScaledObject is paused")
+    status, reason, message = autoscaling_condition(with_keda_status(keda_says(Ready=KEDA_READY, Paused=paused)))
+    assert (status, reason) == ("False", reasons.KEDA_PAUSED)
+    assert all(annotation in message for annotation in keda.PAUSED_ANNOTATIONS)
+
+
+def test_a_malformed_keda_status_waits_for_keda_rather_than_crashing() -> None:
+    malformed: Any = [None, "Ready", {"type": keda.READY, "status": "Maybe"}, {"type": 3}]
+    assert autoscaling_condition(with_keda_status(malformed))[:2] == ("False", reasons.WAITING_FOR_KEDA)
+
+
+def test_whatever_keda_reports_the_serving_keeps_the_decode_groups_its_spec_says() -> None:
+    for said in (None, keda_says(Ready=TRIGGER_FAILS, HPAActive=HPA_FAILS), keda_says(Ready=KEDA_READY)):
+        assert sum(with_keda_status(said).placement["decode"].values()) == 2
+
+
+def test_a_scaled_object_another_serving_owns_is_not_read() -> None:
+    obj = autoscaled()
+    (scaled,) = of_kind(decide(obj), "ScaledObject")
+    meta = {**scaled["metadata"], "uid": "uid-so", "ownerReferences": [{**scaled["metadata"]["ownerReferences"][0]}]}
+    meta["ownerReferences"][0]["uid"] = "someone-else"
+    stranger = {**scaled, "metadata": meta, "status": {"conditions": keda_says(Ready=KEDA_READY)}}
+    assert autoscaling_condition(decide(obj, children=[stranger]))[:2] == ("False", reasons.WAITING_FOR_KEDA)
 
 
 # ---------------------------------------------------------------------------------------------------------------

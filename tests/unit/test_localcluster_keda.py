@@ -10,6 +10,8 @@ import pathlib
 
 from localcluster import components, keda, versions
 
+from nvlfleet.facts import keda as keda_facts
+
 
 def layout(tmp_path: pathlib.Path) -> components.Layout:
     (tmp_path / "pki").mkdir()
@@ -49,3 +51,7 @@ def test_both_processes_bind_loopback_only_and_the_metrics_server_trusts_the_fro
     assert "--bind-address=127.0.0.1" in adapter
     assert f"--requestheader-client-ca-file={lay.pki / 'front-proxy-ca.crt'}" in adapter
     assert "--enable-cert-rotation=false" in operator
+
+
+def test_the_keda_facts_the_operator_reads_are_of_the_keda_the_local_cluster_builds() -> None:
+    assert keda_facts.VERSION == versions.KEDA

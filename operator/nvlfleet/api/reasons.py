@@ -38,9 +38,15 @@ COMPLETE: Final = "Complete"  # Progressing False
 ALL_GROUPS_READY: Final = "AllGroupsReady"  # Ready True
 SCALED_TO_ZERO: Final = "ScaledToZero"  # Ready True
 GROUPS_NOT_READY: Final = "GroupsNotReady"  # Ready False
-SCALED_OBJECT_RENDERED: Final = "ScaledObjectRendered"  # Autoscaling True
+# Autoscaling (core.autoscaling): the first two before a ScaledObject can be rendered, the rest from what KEDA reports
+# on it (facts.keda).
 KEDA_MISSING: Final = "KedaMissing"  # Autoscaling False: the ScaledObject API is not installed
 NO_PROMETHEUS_ADDRESS: Final = "NoPrometheusAddress"  # Autoscaling False: neither the spec nor the operator names one
+WAITING_FOR_KEDA: Final = "WaitingForKeda"  # Autoscaling False: KEDA has not reported on the ScaledObject yet
+KEDA_PAUSED: Final = "KedaPaused"  # Autoscaling False: a KEDA pause annotation is on the ScaledObject
+SIGNAL_UNAVAILABLE: Final = "SignalUnavailable"  # Autoscaling False: KEDA's trigger or its HPA cannot read the signal
+KEDA_NOT_READY: Final = "KedaNotReady"  # Autoscaling False: KEDA reports the ScaledObject not Ready for another reason
+KEDA_READY: Final = "KedaReady"  # Autoscaling True: KEDA reports the ScaledObject Ready and its HPA not failing
 ROUTING: Final = "Routing"  # RouterReady True: a router pod is ready and every routed role has a ready leader
 ROUTER_NOT_READY: Final = "RouterNotReady"  # RouterReady False: no router pod ready (or no Deployment yet)
 NO_ENGINES: Final = "NoEngines"  # RouterReady False: the router runs, but a routed role has no ready leader

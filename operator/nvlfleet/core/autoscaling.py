@@ -9,17 +9,23 @@ needs no second write, and a planner, a renderer and a status that all read the 
 disagree on how many prefill groups there are.
 
 ``scaled_object`` renders the ScaledObject (keda.sh/v1alpha1) with one Prometheus trigger whose PromQL reads the
-serving's decode engines by the labels the PodMonitor gives them (namespace, serving, role). ``condition`` says
-whether it could be rendered: with KEDA's API absent or no Prometheus address, the serving still runs at the
-groups its spec says, and the ``Autoscaling`` condition says why nothing scales it.
+serving's decode engines by the labels the PodMonitor gives them (namespace, serving, role), in the shape KEDA's
+operator writes it back (``facts.keda.ADVANCED_AS_WRITTEN``), so nvlfleet's apply owns every field KEDA adds and
+the revert of other managers' fields (``core.fieldsets``) finds nothing to remove. ``blocked`` says why it cannot
+be rendered (KEDA's API absent, no Prometheus address); ``condition`` is the ``Autoscaling`` condition, judged —
+once it can be rendered — from what KEDA reports on the observed ScaledObject (its ``Ready``, ``Paused`` and
+``HPAActive`` conditions, ``facts.keda``): KEDA polls the signal, so only KEDA can say whether the signal is read.
+Whatever it says, the serving runs at the groups its spec says; the condition says why nothing scales it.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from nvlfleet.api import autoscaling, models, names, reasons
-from nvlfleet.facts import vllm_metrics
+from nvlfleet.api import autoscaling, models, names, objects, reasons
+from nvlfleet.facts import keda, vllm_metrics
 
 # (status, reason, message) of the Autoscaling condition, as report.Conditions holds them.
 Condition = tuple[Literal["True", "False"], str, str]
@@ -57,8 +63,8 @@ def address(spec: models.DeepSeekServingSpec, default: str | None) -> str | None
     return default
 
 
-def condition(spec: models.DeepSeekServingSpec, served: frozenset[str], default_address: str | None) -> Condition:
-    """The Autoscaling condition of a serving with ``spec.autoscaling`` set."""
+def blocked(spec: models.DeepSeekServingSpec, served: frozenset[str], default_address: str | None) -> Condition | None:
+    """Why the ScaledObject cannot be rendered (the Autoscaling condition then), None when it can."""
     if names.SCALED_OBJECT.kind not in served:
         return (
             "False",
@@ -73,14 +79,92 @@ def condition(spec: models.DeepSeekServingSpec, served: frozenset[str], default_
             "no Prometheus to read the signal from: set spec.autoscaling.prometheus.address or start the operator "
             "with --prometheus-address (chart value autoscaling.prometheusAddress)",
         )
-    scaling = spec.autoscaling
+    return None
+
+
+def condition(
+    serving: models.DeepSeekServing,
+    served: frozenset[str],
+    default_address: str | None,
+    observed: Mapping[str, Any] | None,
+) -> Condition:
+    """The Autoscaling condition of a serving with ``spec.autoscaling`` set; ``observed``: its ScaledObject as the
+    watch last saw it (None before it exists)."""
+    scaling = serving.spec.autoscaling
     assert scaling is not None
+    if (why := blocked(serving.spec, served, default_address)) is not None:
+        return why
+    name = serving.metadata.name
+    found = _keda_conditions(observed)
+    ready, paused, hpa = found.get(keda.READY), found.get(keda.PAUSED), found.get(keda.HPA_ACTIVE)
+    if ready is None or (ready[0] == "Unknown" and not ready[1]):
+        # Absent, or only initialised: KEDA's operator has not judged this ScaledObject (yet).
+        return (
+            "False",
+            reasons.WAITING_FOR_KEDA,
+            f"KEDA has not reported on ScaledObject {name} yet (it sets status.conditions once its operator "
+            "reconciles it; is keda-operator running?) — until then decode keeps spec.roles.decode.groups",
+        )
+    if paused is not None and paused[0] == "True":
+        return (
+            "False",
+            reasons.KEDA_PAUSED,
+            f"KEDA reports ScaledObject {name} Paused ({_said(paused)}): one of the annotations "
+            f"{', '.join(keda.PAUSED_ANNOTATIONS)} on it pauses scaling; remove it to resume",
+        )
+    hpa_failed = hpa is not None and hpa[0] == "False"
+    if ready[1] in keda.TRIGGER_ERRORS or (ready[0] == "True" and hpa_failed):
+        told = [f"Ready={ready[0]} ({_said(ready)})"] if ready[0] != "True" else []
+        told += [f"HPAActive=False ({_said(hpa)})"] if hpa is not None and hpa_failed else []
+        return (
+            "False",
+            reasons.SIGNAL_UNAVAILABLE,
+            f"KEDA cannot read the {scaling.signal.value} signal from {_server_address(observed)}: ScaledObject "
+            f"{name} says {'; '.join(told)} — the HPA holds decode where it is until the signal is read again",
+        )
+    if ready[0] != "True":
+        return (
+            "False",
+            reasons.KEDA_NOT_READY,
+            f"KEDA reports ScaledObject {name} Ready={ready[0]} ({_said(ready)}) — decode keeps the groups it has",
+        )
     return (
         "True",
-        reasons.SCALED_OBJECT_RENDERED,
+        reasons.KEDA_READY,
         f"KEDA keeps decode between {scaling.min_groups} and {scaling.max_groups} groups at {scaling.signal.value} "
         f"{scaling.target:g}",
     )
+
+
+def _keda_conditions(observed: Mapping[str, Any] | None) -> dict[str, tuple[str, str, str]]:
+    """KEDA's status.conditions of ``observed`` by type, as (status, reason, message); malformed entries skipped."""
+    found: dict[str, tuple[str, str, str]] = {}
+    conditions = objects.as_mapping(objects.as_mapping(observed).get("status")).get("conditions")
+    for entry in conditions if isinstance(conditions, list) else []:
+        entry = objects.as_mapping(entry)
+        ctype, status = entry.get("type"), entry.get("status")
+        if isinstance(ctype, str) and status in ("True", "False", "Unknown"):
+            reason, message = entry.get("reason"), entry.get("message")
+            found[ctype] = (status, _text(reason), _text(message))
+    return found
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _said(condition: tuple[str, str, str]) -> str:
+    _, reason, message = condition
+    return f"{reason}: {message}" if reason and message else reason or message or "no reason given"
+
+
+def _server_address(observed: Mapping[str, Any] | None) -> str:
+    """The Prometheus KEDA queried: the observed trigger's, which is what KEDA's conditions are about (the spec's
+    may have changed since KEDA last polled)."""
+    triggers = objects.as_mapping(objects.as_mapping(observed).get("spec")).get("triggers")
+    first = objects.as_mapping(triggers[0]) if isinstance(triggers, list) and triggers else {}
+    found = objects.as_mapping(first.get("metadata")).get("serverAddress")
+    return found if isinstance(found, str) and found else "Prometheus"
 
 
 def query(serving: models.DeepSeekServing) -> tuple[str, str]:
@@ -119,13 +203,14 @@ def scaled_object(serving: models.DeepSeekServing, prometheus: str) -> dict[str,
             "minReplicaCount": scaling.min_groups,
             "maxReplicaCount": scaling.max_groups,
             "advanced": {
+                **copy.deepcopy(dict(keda.ADVANCED_AS_WRITTEN)),  # what KEDA writes back: nvlfleet's field, not KEDA's
                 "horizontalPodAutoscalerConfig": {
                     "name": name,
                     "behavior": {
                         "scaleUp": {"stabilizationWindowSeconds": scaling.scale_up_stabilization_seconds},
                         "scaleDown": {"stabilizationWindowSeconds": scaling.scale_down_stabilization_seconds},
                     },
-                }
+                },
             },
             "triggers": [
                 {

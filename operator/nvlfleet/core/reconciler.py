@@ -206,7 +206,7 @@ def reconcile(snap: Snapshot) -> Decision:
         plan = planner.plan(inv, wanted, held)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
-        extra = _autoscaling(snap, serving, desired)
+        extra = _autoscaling(snap, serving, desired, owned)
         if (front_door := routerstatus.condition(serving, snap.children, snap.pods)) is not None:
             extra[reasons.ROUTER_READY] = front_door
     except problems.InvalidSpec as err:
@@ -250,16 +250,20 @@ def reconcile(snap: Snapshot) -> Decision:
 # Parsing and checking
 
 
-def _autoscaling(snap: Snapshot, serving: models.DeepSeekServing, desired: list[dict[str, Any]]) -> report.Conditions:
+def _autoscaling(
+    snap: Snapshot, serving: models.DeepSeekServing, desired: list[dict[str, Any]], owned: Sequence[Mapping[str, Any]]
+) -> report.Conditions:
     """The Autoscaling condition of a serving with spec.autoscaling, adding its ScaledObject to ``desired`` when it
-    can be rendered. Without spec.autoscaling no ScaledObject is desired, so one left from before is pruned."""
+    can be rendered; the condition reads what KEDA reports on the ScaledObject among the serving's ``owned``
+    children. Without spec.autoscaling no ScaledObject is desired, so one left from before is pruned."""
     if serving.spec.autoscaling is None:
         return {}
-    found = autoscaling.condition(serving.spec, snap.served, snap.prometheus_address)
     prometheus = autoscaling.address(serving.spec, snap.prometheus_address)
-    if found[0] == "True" and prometheus is not None:
+    if autoscaling.blocked(serving.spec, snap.served, snap.prometheus_address) is None and prometheus is not None:
         desired.append(_owned_copy(autoscaling.scaled_object(serving, prometheus), serving))
-    return {reasons.AUTOSCALING: found}
+    ident = (names.SCALED_OBJECT.kind, serving.metadata.name)
+    observed = next((c for c in owned if _ident(c) == ident), None)
+    return {reasons.AUTOSCALING: autoscaling.condition(serving, snap.served, snap.prometheus_address, observed)}
 
 
 def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:
