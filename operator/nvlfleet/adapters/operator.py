@@ -19,7 +19,8 @@ Choices worth knowing:
   writes nothing when nothing changed (the reconciler compares rendered children with the observed ones, and the
   status with the observed status), and runs no pass at all for a serving whose inputs (``inputs``: its own
   version, the watch caches', its children's) are those its last pass left, when that pass changed nothing or
-  wrote only the status: drift of a child reaches its watch, which nudges the serving. nvlfleet's own Events describe decisions.
+  wrote only the status: drift of a child reaches its watch, which nudges the serving. nvlfleet's own Events
+  describe decisions.
 * **Reads from the watch caches.** A pass reads the serving as last watched (or written), its children from
   kopf's children indexes (one per child kind), nodes and GPU pods from
   kopf's indexes, other servings' LeaderWorkerSets from the index — each merged with this process's own applies
