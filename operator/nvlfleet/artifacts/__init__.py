@@ -1,4 +1,5 @@
-"""Generated artifacts: the Grafana dashboards (``dashboards``) and Prometheus alerts (``alerts``), as code.
+"""Generated artifacts: the Grafana dashboards (``dashboards``, built from ``grafana``'s small dashboard model) and
+Prometheus alerts (``alerts``), as code.
 
 ``nvlfleet dashboards --out charts/nvlfleet`` (``make generated``) writes them into the Helm chart; unit tests
 fail when the committed files differ, and check that every metric they query is exported by the operator
