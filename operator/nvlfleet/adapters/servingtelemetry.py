@@ -20,7 +20,7 @@ from typing import Any
 
 from nvlfleet.adapters import exporter, kube, scraper
 from nvlfleet.api import models, names, problems
-from nvlfleet.core import group_telemetry, inventory
+from nvlfleet.core import group_telemetry, health, inventory
 
 log = logging.getLogger("nvlfleet")
 
@@ -58,7 +58,8 @@ class ServingTelemetry:
             labels = meta.get("labels") or {}
             if (meta.get("namespace"), labels.get(names.SERVING_LABEL)) != (key.namespace, key.name):
                 continue
-            if labels.get(names.LWS_WORKER_INDEX_LABEL) != "0" or not pod["status"].get("podIP") or not _ready(pod):
+            leader = labels.get(names.LWS_WORKER_INDEX_LABEL) == "0"
+            if not leader or not pod["status"].get("podIP") or not health.pod_ready(pod):
                 continue
             role = labels.get(names.ROLE_LABEL, models.RoleName.DECODE.value)
             role_spec = parsed.spec.roles.prefill if role == models.RoleName.PREFILL.value else parsed.spec.roles.decode
@@ -124,10 +125,6 @@ def status_fields(summary: group_telemetry.GroupTelemetry | None) -> dict[str, A
             else None
         ),
     }
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
 
 def _api_port(pod: Mapping[str, Any]) -> int:
