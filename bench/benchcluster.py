@@ -231,10 +231,12 @@ class BenchCluster:
         self, racks: int, gpu: str = "GB200", name: str = "bench", workers: int = 8, first_slot: int = 0
     ) -> list[dict[str, Any]]:
         """``racks`` kwok NVLink domains, created concurrently (a thousand nodes one by one take a minute); a second
-        fleet passes the first loopback network slot after the first fleet's (one per node)."""
+        fleet passes the first network slot after the first fleet's (one per node). Their pods get addresses
+        from the benchmarking range (``fleet.BENCHMARK_PODS``): nothing listens on them here, and the endpoint
+        controllers accept them where they refuse loopback ones (and retry each Service's forever)."""
         from localcluster import fleet
 
-        nodes = fleet.fleet_nodes(gpu, racks, fleet=name, first_slot=first_slot)
+        nodes = fleet.fleet_nodes(gpu, racks, fleet=name, first_slot=first_slot, pods=fleet.BENCHMARK_PODS)
         core = client.CoreV1Api(self.admin)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda node: _create(core.create_node, node), nodes))

@@ -1,6 +1,6 @@
 """``make bench``: every benchmark figure measured side by side, one table, written to docs/benchmarks.md.
 
-    python bench/run.py [--quick] [--only 1,2,3,4] [--profile] [--out docs/benchmarks.md]
+    python bench/run.py [--quick] [--only 1,2,3,4] [--convergence 50,200,1000] [--profile] [--out docs/benchmarks.md]
 
 Figures, one module each (their docstrings say exactly what is timed and against what):
 
@@ -30,6 +30,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import re
 import shlex
 import sys
 import time
@@ -108,6 +109,7 @@ class Bench:
         self.raw: dict[str, Any] = {}
         self.cluster: benchcluster.BenchCluster | None = None
         self.attach = False  # --attach: reuse a kept cluster instead of starting a fresh one
+        self.failed: set[int] = set()  # figures that raised: their figures are null for that reason
         self.logs = WORK / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
@@ -129,6 +131,7 @@ class Bench:
             body()
         except Exception as err:  # one broken figure must not cost the others; the table says what is missing
             traceback.print_exc()
+            self.failed.add(number)
             self.notes.append(f"figure {number} ({title}) failed: {type(err).__name__}: {err}")
         # Rows that did not note the load they were measured under get the load as the figure ends.
         load = machine.load_average()
@@ -467,6 +470,39 @@ REQUIRED = (
 )
 
 
+# Which figure measures a summary name (its prefix): a null one is explained by what happened to that figure.
+_FIGURE_OF = (
+    ("convergence_", 1),
+    ("idle_", 2),
+    ("operator_", 2),
+    ("restart_", 2),
+    ("writes_per_new_serving", 2),
+    ("planner_", 3),
+    ("stranded_", 3),
+    ("split_", 3),
+    ("placement_", 3),
+    ("telemetry_", 4),
+    ("gauge_", 4),
+)
+
+
+def why_null(name: str, figures: set[int], sizes: Sizes, failed: set[int]) -> str:
+    """Why the summary has no value for ``name``, in words (a null is never left unexplained)."""
+    figure = next((n for prefix, n in _FIGURE_OF if name.startswith(prefix)), None)
+    if figure is None:
+        return "no figure measures it"
+    if figure not in figures:
+        return f"figure {figure} was not run (--only)"
+    if figure in failed:
+        return f"figure {figure} failed (its note says how)"
+    sized = [int(x) for x in re.findall(r"_n?(\d+)(?:_|$)", name)]
+    if figure == 1 and sized and sized[0] not in sizes.convergence:
+        return f"N={sized[0]} is not among this run's sizes ({', '.join(map(str, sizes.convergence))})"
+    if figure == 2 and sized and sized[0] != sizes.steady_servings:
+        return f"this run's steady state has {sizes.steady_servings} servings, not {sized[0]}"
+    return "its figure ran but did not reach it (the notes say why)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter windows")
@@ -475,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="py-spy the operator (largest convergence run, steady-state start-up)"
     )
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument(
+        "--convergence",
+        metavar="N,N",
+        help="figure 1's sizes (default 50,200,1000; --quick 10,20); a size left out is null in the summary",
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not write the document")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the benchmark cluster running")
     parser.add_argument(
@@ -485,7 +526,14 @@ def main(argv: list[str] | None = None) -> int:
     figures = {int(x) for x in args.only.split(",") if x.strip()}
     command = args.invoked_as or shlex.join(["python", "bench/run.py", *(argv if argv is not None else sys.argv[1:])])
     facts = machine.facts()
-    bench = Bench(QUICK if args.quick else FULL, figures, args.profile)
+    sizes = QUICK if args.quick else FULL
+    if args.convergence:
+        counts = tuple(int(x) for x in args.convergence.split(",") if x.strip())
+        caps = dict(zip(sizes.convergence, sizes.convergence_caps, strict=True))
+        sizes = dataclasses.replace(
+            sizes, convergence=counts, convergence_caps=tuple(caps.get(n, max(300.0, 2.4 * n)) for n in counts)
+        )
+    bench = Bench(sizes, figures, args.profile)
     bench.attach = args.attach
     started = time.monotonic()
     try:
@@ -503,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     # By figure; within figure 3 the scheduler's rows (the headline) come before the model's.
     rows = sorted(bench.rows, key=lambda r: (r.figure[0], "model" in r.figure))
     summary = report.summary(REQUIRED, bench.summary)
+    nulls = [f"{name}: {why_null(name, figures, sizes, bench.failed)}" for name, v in summary.items() if v is None]
+    if nulls:
+        bench.notes.append("null in the summary, and why: " + "; ".join(nulls))
     (WORK / "results.json").write_text(json.dumps({"raw": bench.raw, "summary": summary}, indent=2, default=str))
     print(report.table(rows))
     if bench.notes:

@@ -13,7 +13,9 @@ fleet always gets the same names and clique IDs — so tests can compare whole o
 creates them in the cluster. kwok adopts nodes annotated `kwok.x-k8s.io/node=fake`, marks them Ready,
 keeps their Lease fresh and runs their pods (Running+Ready, IP from the node's podCIDR). Every node gets
 its own loopback podCIDR 127.X.Y.0/24 (from 127.16.0.0/12) and InternalIP 127.1.X.Y, so a simulated
-endpoint can listen on a pod's IP.
+endpoint can listen on a pod's IP. A fleet where nothing listens (the benchmark's) can take its podCIDRs from
+`BENCHMARK_PODS` instead: the endpoint controllers refuse loopback addresses, and with a thousand Services
+their retries load the control plane.
 """
 
 from __future__ import annotations
@@ -44,6 +46,30 @@ OCCUPIED_NAMESPACE = "fleet-occupied"
 OCCUPIED_ANNOTATION = "localcluster.nvlfleet.io/occupied"
 
 _POD_CIDR_POOL = ipaddress.ip_network("127.16.0.0/12")  # 4096 /24s: one per node
+
+
+@dataclasses.dataclass(frozen=True)
+class PodNetwork:
+    """Where a fleet's podCIDRs come from: one subnet of ``prefix`` bits per node slot, out of ``pool``."""
+
+    pool: ipaddress.IPv4Network
+    prefix: int
+
+    def cidr(self, slot: int) -> str:
+        size = 2 ** (32 - self.prefix)
+        subnets = self.pool.num_addresses // size
+        if not 0 <= slot < subnets:
+            raise ValueError(f"node slot {slot} is outside the {subnets} /{self.prefix}s of {self.pool}")
+        return str(ipaddress.ip_network((int(self.pool.network_address) + slot * size, self.prefix)))
+
+
+# Loopback: a simulated vLLM or router can listen on its pod's IP (the demo, the integration tests).
+LOOPBACK_PODS = PodNetwork(_POD_CIDR_POOL, 24)
+# RFC 2544's benchmarking range, 2048 /26s (62 pods a node, more than a GPU tray runs): addresses the
+# Endpoints and EndpointSlice controllers accept, for a fleet where nothing listens on pod IPs. Pod IPs that
+# controllers refuse are retried per Service forever, which at a thousand Services is load a real cluster
+# does not have.
+BENCHMARK_PODS = PodNetwork(ipaddress.ip_network("198.18.0.0/15"), 26)
 _NODE_IP_BASE = ipaddress.ip_address("127.1.0.0")
 _UUID_NAMESPACE = uuid.UUID("5b0f3c1e-9a4d-4c61-8f59-6a1f2f6c7e01")
 
@@ -139,17 +165,18 @@ def rack_nodes(
     first_slot: int = 0,
     taints: Sequence[dict[str, str]] = (),
     oddities: Oddities | None = None,
+    pods: PodNetwork = LOOPBACK_PODS,
 ) -> list[dict[str, Any]]:
     """The Node objects of one NVLink domain (18 trays for GB200/GB300, one node for H200/B200).
 
-    `first_slot` numbers the node's loopback network (podCIDR/InternalIP), see `apply_fleet`.
+    `first_slot` numbers the node's network (podCIDR from `pods`, loopback InternalIP), see `apply_fleet`.
     """
     model = gpu_model(gpu)
     count = model.nodes_per_domain
     marks = _odd_marks(oddities or Oddities(), count)
     nodes = []
     for tray in range(count):
-        node = _node(model, fleet, rack, tray, first_slot + tray, list(taints))
+        node = _node(model, fleet, rack, tray, first_slot + tray, list(taints), pods)
         mark = marks.get(count - 1 - tray)
         if mark == "without_clique":
             del node["metadata"]["labels"][LABEL_CLIQUE]
@@ -184,6 +211,7 @@ def fleet_nodes(
     first_slot: int = 0,
     taints: Sequence[dict[str, str]] = (),
     oddities: Oddities | None = None,
+    pods: PodNetwork = LOOPBACK_PODS,
 ) -> list[dict[str, Any]]:
     """All nodes of `racks` NVLink domains; `oddities` land in rack `oddities.rack`."""
     if racks < 1:
@@ -199,11 +227,20 @@ def fleet_nodes(
             first_slot=first_slot + rack * model.nodes_per_domain,
             taints=taints,
             oddities=oddities if rack == odd_rack else None,
+            pods=pods,
         )
     return nodes
 
 
-def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: list[dict[str, str]]) -> dict[str, Any]:
+def _node(
+    model: GpuModel,
+    fleet: str,
+    rack: int,
+    tray: int,
+    slot: int,
+    taints: list[dict[str, str]],
+    pods: PodNetwork = LOOPBACK_PODS,
+) -> dict[str, Any]:
     name = node_name(fleet, model.name, rack, tray)
     labels = {
         "kubernetes.io/arch": model.arch,
@@ -228,7 +265,7 @@ def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: 
         labels[LABEL_MEMORY] = str(model.memory_mib)
     if model.multi_node_nvlink:
         labels[LABEL_CLIQUE] = clique(fleet, model.name, rack)
-    pod_cidr = _pod_cidr(slot)
+    pod_cidr = pods.cidr(slot)
     # What the kubelet reserves on such a node (system + kube reserved, eviction threshold).
     capacity = {
         "cpu": str(model.cpu),
@@ -276,13 +313,6 @@ def _node(model: GpuModel, fleet: str, rack: int, tray: int, slot: int, taints: 
             },
         },
     }
-
-
-def _pod_cidr(slot: int) -> str:
-    subnets = 2 ** (24 - _POD_CIDR_POOL.prefixlen)
-    if not 0 <= slot < subnets:
-        raise ValueError(f"node slot {slot} is outside the {subnets} loopback /24s of {_POD_CIDR_POOL}")
-    return str(ipaddress.ip_network((int(_POD_CIDR_POOL.network_address) + slot * 256, 24)))
 
 
 def _node_ip(slot: int) -> str:

@@ -136,3 +136,23 @@ def test_the_summary_names_every_required_figure_first_and_null_for_one_not_meas
         ("convergence_ratio_n20", 1.1),
     ]
     assert report.summary_lines(summary).splitlines()[1] == "convergence_ratio_n200: null"
+
+
+def test_a_null_in_the_summary_is_explained_by_what_happened_to_its_figure() -> None:
+    import run
+
+    sizes = run.dataclasses.replace(run.FULL, convergence=(50, 200))
+    assert run.why_null("convergence_ratio_n1000", {1, 2, 3, 4}, sizes, set()) == (
+        "N=1000 is not among this run's sizes (50, 200)"
+    )
+    assert run.why_null("idle_cpu_cores_1000", {1, 3}, sizes, set()) == "figure 2 was not run (--only)"
+    assert run.why_null("stranded_gpus_kueue_tas", {3}, sizes, {3}) == "figure 3 failed (its note says how)"
+    assert run.why_null("idle_reads_per_minute_1000", {2}, run.QUICK, set()) == (
+        "this run's steady state has 200 servings, not 1000"
+    )
+
+
+def test_every_required_summary_name_belongs_to_a_figure() -> None:
+    import run
+
+    assert [n for n in run.REQUIRED if run.why_null(n, set(), run.FULL, set()) == "no figure measures it"] == []
