@@ -118,8 +118,9 @@ def seed(cluster: benchcluster.BenchCluster, namespace: str, count: int, workers
         # The serving alone on its rack: the decision places its one group there, as the planner packs them.
         snap = reconciler.Snapshot(serving=created, now=now, nodes=domains[index // per_rack])
         decision = reconciler.reconcile(snap)
-        if not decision.apply:
-            raise RuntimeError(f"nvlfleet would apply nothing for {name}: {decision.status}")
+        if not any(obj["kind"] == "LeaderWorkerSet" for obj in decision.apply):
+            # Its group was not placed (a node still tainted, say): the seed would lack its pod and wait forever.
+            raise RuntimeError(f"nvlfleet would place no group for {name}: {decision.status}")
         for obj in decision.apply:
             convergence.server_side_apply(cluster.admin, obj, field_manager="nvlfleet")
 

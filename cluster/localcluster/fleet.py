@@ -379,7 +379,15 @@ def _in_pool(pod_cidr: str) -> bool:
         return False
 
 
+# The node lifecycle controller's taints: on every new node until it has seen the node Ready, and on a node that
+# went silent. kwok marks a node Ready first; the controller lifts the taint later (seconds, under load longer).
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def wait_ready(api_client: Any, names: Iterable[str], timeout: float = 120.0) -> None:
+    """Until every named node is Ready and the node lifecycle controller has lifted its taints: usable, as the
+    scheduler and nvlfleet's planner see it (a planner shown a node still tainted not-ready places nothing on
+    it). The taints a fleet was built with stay and are not waited for."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -388,12 +396,15 @@ def wait_ready(api_client: Any, names: Iterable[str], timeout: float = 120.0) ->
     while pending:
         for node in core.list_node().items:
             conditions = {c.type: c.status for c in (node.status.conditions or [])}
-            if node.metadata.name in pending and conditions.get("Ready") == "True":
+            tainted = any(t.key in LIFECYCLE_TAINTS for t in (node.spec.taints or []))
+            if node.metadata.name in pending and conditions.get("Ready") == "True" and not tainted:
                 pending.discard(node.metadata.name)
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"nodes not Ready after {timeout:.0f}s (is kwok running?): {sorted(pending)[:5]}")
+            raise TimeoutError(
+                f"nodes not Ready and untainted after {timeout:.0f}s (is kwok running?): {sorted(pending)[:5]}"
+            )
         time.sleep(0.5)
 
 
