@@ -39,7 +39,7 @@ from typing import Any
 
 import kopf
 
-from nvlfleet.adapters import caches, decoding, exporter, kube, nudges, webhook
+from nvlfleet.adapters import caches, decoding, exporter, kube, nudges, prepopulation, webhook
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
 from nvlfleet.api import names, problems
@@ -62,6 +62,16 @@ INDEXES = (
 def _operator(memo: Any) -> Operator:
     """The process's operator, from kopf's ``memo`` (put there by ``nvlfleet run``, else by ``startup``)."""
     op: Operator = memo.operator
+    return op
+
+
+def _listed(memo: Any) -> Operator:
+    """The operator, from a resource handler: kopf runs one only once its index pre-population is over, so the
+    nudge queue held since start-up may let passes start now (``prepopulation``)."""
+    op = _operator(memo)
+    if op.nudges.held:
+        op.nudges.release()
+        log.info("kopf's indexes are populated: passes may start")
     return op
 
 
@@ -118,6 +128,7 @@ class _ProgressAnnotations(kopf.AnnotationsProgressStorage):
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     decoding.install()  # before kopf's watchers start: no object, however deep, can end them
+    prepopulation.install()  # before they start too: their workers wait on kopf's index pre-population
     if "operator" not in memo:  # ``kopf run -m nvlfleet.adapters.main``: no ``nvlfleet run`` built one
         memo.operator = Operator(Config.from_env())
     op = _operator(memo)
@@ -140,6 +151,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
         except exporter.CannotListen as err:  # kopf would retry the start-up forever; the port stays taken
             raise kopf.PermanentError(str(err)) from err
         op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
+    op.nudges.hold()  # released by the first handler kopf runs: its index pre-population is then over
     worker = nudges.work(op.nudges, op.reconcile, watched=op.watched, retry_seconds=op.config.retry_seconds)
     op.tasks.append(asyncio.create_task(worker, name="nudges"))
     op.tasks.append(asyncio.create_task(op.telemetry.scraper.run(op.config.scrape_seconds), name="scraper"))
@@ -242,7 +254,7 @@ def servings(namespace: str | None, name: str, **_: Any) -> dict[None, inventory
 @kopf.on.create(*DSS, id="reconcile", when=_reconciled)
 @kopf.on.update(*DSS, id="reconcile", when=_reconciled)
 async def reconcile_serving(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    op = _operator(memo)
+    op = _listed(memo)
     try:
         await op.reconcile(inventory.ServingKey(namespace or "default", name))
     except kube.ApiError as err:
@@ -252,7 +264,7 @@ async def reconcile_serving(namespace: str | None, name: str, memo: kopf.Memo, *
 @kopf.on.delete(*DSS, id="forget", optional=True, when=_reconciled)
 async def forget_serving(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Drop telemetry and routing state; the children go with garbage collection (owner references)."""
-    _operator(memo).forget(inventory.ServingKey(namespace or "default", name))
+    _listed(memo).forget(inventory.ServingKey(namespace or "default", name))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -269,7 +281,7 @@ def live_servings(uid: str, **_: Any) -> dict[None, str]:
 async def serving_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The serving as last seen, which passes read instead of asking the API server; a serving that appeared or
     went changes the groups counted as held (status updates change nothing)."""
-    op = _operator(memo)
+    op = _listed(memo)
     op.serving_seen(body, deleted=type == "DELETED")
     if type in ("ADDED", "DELETED", None):
         op.changed()
@@ -296,7 +308,7 @@ def _child_index(kind: names.Kind) -> None:
     async def event(
         namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
     ) -> None:
-        op = _operator(memo)
+        op = _listed(memo)
         op.child_seen(body, deleted=type == "DELETED")
         key = caches.child_key(namespace, labels)
         if key is not None and op.watched(key[0]) and type is not None:  # see _LISTED
@@ -341,12 +353,12 @@ def bound_gpu_pods(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory
 # queue's own iteration (a "dictionary changed size" that silently ended the nudge worker) and could not wake it.
 @kopf.on.event("nodes")
 async def node_event(name: str, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any) -> None:
-    _operator(memo).node_changed(name, None if type == "DELETED" else caches.node_summary(body))
+    _listed(memo).node_changed(name, None if type == "DELETED" else caches.node_summary(body))
 
 
 @kopf.on.event("pods", when=caches.requests_gpus)
 async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any) -> None:
-    op = _operator(memo)
+    op = _listed(memo)
     op.changed()
     serving = (body.get("metadata", {}).get("labels") or {}).get(names.SERVING_LABEL)
     if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
@@ -364,7 +376,7 @@ def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
 async def lws_event(
     namespace: str | None, labels: Mapping[str, str], body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    op = _operator(memo)
+    op = _listed(memo)
     op.written.seen(body, deleted=type == "DELETED")
     op.child_seen(body, deleted=type == "DELETED")
     op.changed()

@@ -36,6 +36,20 @@ class Nudges:
         self._debounce = debounce
         self._due: dict[inventory.ServingKey, float] = {}
         self._wake = asyncio.Event()
+        self._released = asyncio.Event()
+        self._released.set()
+
+    def hold(self) -> None:
+        """Keep every nudge queued until ``release``: under kopf, passes must wait for its index pre-population
+        (``prepopulation``), or a pass would plan against half-listed nodes and pods."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    @property
+    def held(self) -> bool:
+        return not self._released.is_set()
 
     def add(self, key: inventory.ServingKey, delay: float = 0.0) -> None:
         when = time.monotonic() + max(delay, self._debounce)
@@ -43,7 +57,8 @@ class Nudges:
         self._wake.set()
 
     async def next_batch(self) -> list[inventory.ServingKey]:
-        """Wait until at least one serving is due, and return every serving due by then."""
+        """Wait until at least one serving is due (and the queue is not held), and return every serving due by then."""
+        await self._released.wait()
         while True:
             now = time.monotonic()
             due = sorted(k for k, t in self._due.items() if t <= now)
