@@ -14,8 +14,8 @@ creates them in the cluster. kwok adopts nodes annotated `kwok.x-k8s.io/node=fak
 keeps their Lease fresh and runs their pods (Running+Ready, IP from the node's podCIDR). Every node gets
 its own loopback podCIDR 127.X.Y.0/24 (from 127.16.0.0/12) and InternalIP 127.1.X.Y, so a simulated
 endpoint can listen on a pod's IP. A fleet where nothing listens (the benchmark's) can take its podCIDRs from
-`BENCHMARK_PODS` instead: the endpoint controllers refuse loopback addresses, and with a thousand Services
-their retries load the control plane.
+`BENCHMARK_PODS` instead: the Endpoints and EndpointSlice controllers refuse loopback addresses and retry every
+Service's endpoints for as long as it exists, which a real cluster does not do.
 """
 
 from __future__ import annotations
@@ -65,10 +65,9 @@ class PodNetwork:
 
 # Loopback: a simulated vLLM or router can listen on its pod's IP (the demo, the integration tests).
 LOOPBACK_PODS = PodNetwork(_POD_CIDR_POOL, 24)
-# RFC 2544's benchmarking range, 2048 /26s (62 pods a node, more than a GPU tray runs): addresses the
-# Endpoints and EndpointSlice controllers accept, for a fleet where nothing listens on pod IPs. Pod IPs that
-# controllers refuse are retried per Service forever, which at a thousand Services is load a real cluster
-# does not have.
+# RFC 2544's benchmarking range, 2048 /26s (62 pods a node, more than a GPU tray runs; the benchmark's largest
+# run, convergence at N=1,000, needs 2,016 trays): addresses the Endpoints and EndpointSlice controllers accept,
+# for a fleet where nothing listens on pod IPs.
 BENCHMARK_PODS = PodNetwork(ipaddress.ip_network("198.18.0.0/15"), 26)
 _NODE_IP_BASE = ipaddress.ip_address("127.1.0.0")
 _UUID_NAMESPACE = uuid.UUID("5b0f3c1e-9a4d-4c61-8f59-6a1f2f6c7e01")

@@ -7,13 +7,14 @@ fleets take routable-looking addresses; the demo's keep loopback ones a simulate
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import pytest
 from localcluster import fleet
 
 
-def pod_cidrs(nodes: list[dict]) -> list[ipaddress.IPv4Network]:
-    return [ipaddress.ip_network(n["spec"]["podCIDR"]) for n in nodes]
+def pod_cidrs(nodes: list[dict[str, Any]]) -> list[ipaddress.IPv4Network]:
+    return [ipaddress.IPv4Network(n["spec"]["podCIDR"]) for n in nodes]
 
 
 def test_a_fleet_gets_one_loopback_slash_24_per_node_by_default() -> None:
@@ -27,7 +28,7 @@ def test_a_benchmark_fleet_gets_non_loopback_subnets_from_the_benchmarking_range
     nodes = fleet.fleet_nodes("GB200", 2, first_slot=18, pods=fleet.BENCHMARK_PODS)
     cidrs = pod_cidrs(nodes)
 
-    assert all(not c.is_loopback and c.subnet_of(ipaddress.ip_network("198.18.0.0/15")) for c in cidrs)
+    assert all(not c.is_loopback and c.subnet_of(ipaddress.IPv4Network("198.18.0.0/15")) for c in cidrs)
     assert len(set(cidrs)) == len(cidrs) == 36
     assert all(n["spec"]["podCIDRs"] == [n["spec"]["podCIDR"]] for n in nodes)
     assert cidrs[0] == ipaddress.ip_network("198.18.4.128/26")  # slot 18: 18 × 64 addresses in
@@ -39,6 +40,17 @@ def test_a_benchmark_subnet_holds_more_pods_than_a_tray_admits() -> None:
     usable = ipaddress.ip_network(node["spec"]["podCIDR"]).num_addresses - 2
     assert usable >= 4  # a tray runs one pod per GPU at most
     assert usable > int(node["status"]["allocatable"]["nvidia.com/gpu"])
+
+
+def test_the_benchmarks_largest_run_has_a_subnet_for_every_tray() -> None:
+    import convergence
+    import run
+
+    # bench/run.py's fleets: the shared one, then racks added after it for the largest convergence N.
+    shared = run.FULL.racks
+    needed = -(-(max(run.FULL.convergence) * convergence.PODS_PER_SERVING + 2) // 18)
+    racks = max(shared, needed)
+    fleet.BENCHMARK_PODS.cidr(racks * 18 - 1)  # the last tray's slot: no ValueError
 
 
 def test_a_slot_beyond_the_pool_is_refused_with_the_pool_named() -> None:
