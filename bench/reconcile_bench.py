@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/reconcile_bench.py`` (PYTHONPATH=cluster, as the Makefile sets it). The snapshot is
 what the operator hands ``reconciler.reconcile`` on the cluster of figures 1 and 2: the 1,008 kwok GB200 trays
 of 56 racks (``localcluster.fleet``) and 1,000 GPU pods bound to them, as the operator's indexes hold them
-(nodes and bound pods parsed once per watch event: ``main.fleet_nodes``, ``main.bound_gpu_pods``; pods also
+(nodes and bound pods parsed once per watch event: ``caches.parsed_node``, ``caches.parsed_pod``; pods also
 trimmed, ``caches.trim_pod``), and one serving with its children. Two figures, each the median of repeated
 passes after a warm-up pass: a pass that builds the fleet view itself (the first pass after a node, GPU pod or
 LeaderWorkerSet changed) and a pass handed the view an earlier pass built (``reconciler.FleetView``, an idle
@@ -22,7 +22,7 @@ from typing import Any
 import convergence
 from localcluster import fleet
 
-from nvlfleet.adapters import caches, main
+from nvlfleet.adapters import caches
 from nvlfleet.api import names
 from nvlfleet.core import reconciler
 
@@ -33,13 +33,13 @@ def snapshot(racks: int = RACKS, pods: int = PODS) -> reconciler.Snapshot:
     nodes = fleet.fleet_nodes("GB200", racks, fleet="bench")
     for node in nodes:  # as kwok reports them once they are up
         node.setdefault("status", {}).setdefault("conditions", [{"type": "Ready", "status": "True"}])
-    parsed = [main.fleet_nodes(node["metadata"]["name"], node)[None] for node in nodes]  # as the node index holds them
+    parsed = [caches.parsed_node(node["metadata"]["name"], node, []) for node in nodes]  # as the node index holds them
     serving = convergence.serving("serving-0000")
     serving["metadata"].update(namespace="bench", uid="uid-0000", generation=1, resourceVersion="1")
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     children = reconciler.reconcile(reconciler.Snapshot(serving=serving, now=now, nodes=parsed)).apply
     raw = [_pod(i, node["metadata"]["name"]) for i, node in zip(range(pods), nodes, strict=False)]
-    bound = [main.bound_gpu_pods(pod["metadata"]["name"], pod)[None] for pod in raw]
+    bound = [caches.parsed_pod(pod["metadata"]["name"], pod) for pod in raw]
     trimmed = [caches.trim_pod(pod) for pod in raw]
     return reconciler.Snapshot(
         serving=serving, now=now, nodes=parsed, pods=trimmed, bound=bound, children=list(children)

@@ -110,7 +110,7 @@ def test_the_same_name_in_another_namespace_is_another_object() -> None:
 def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
     op = operator.Operator(Config())
     nodes = fb.rack(0) + fb.rack(1)
-    op.indices = {"fleet_nodes": {None: [main.fleet_nodes(n["metadata"]["name"], n)[None] for n in nodes]}}
+    op.indices = {"fleet_nodes": {None: [caches.parsed_node(n["metadata"]["name"], n, []) for n in nodes]}}
     snapshot = reconciler.Snapshot(
         serving=sb.serving_dict(), now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC), served=frozenset()
     )

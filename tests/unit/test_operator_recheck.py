@@ -71,7 +71,7 @@ def operator_with_watch() -> tuple[operator.Operator, FakeApi]:
     op.api = api  # type: ignore[assignment]
     nodes = fb.rack(0)
     op.indices = {
-        "fleet_nodes": {None: [main.fleet_nodes(n["metadata"]["name"], n)[None] for n in nodes]},
+        "fleet_nodes": {None: [caches.parsed_node(n["metadata"]["name"], n, []) for n in nodes]},
         "servings": {None: [KEY]},
         **{index: {} for index in caches.CHILD_INDEXES.values()},
     }

@@ -194,3 +194,45 @@ def test_a_metrics_port_taken_after_the_check_fails_the_start_up_for_good(taken_
 
     with pytest.raises(kopf.PermanentError, match=f"cannot listen on 127.0.0.1:{taken_port}: address in use"):
         asyncio.run(start())
+
+
+def test_kopf_runs_every_handler_of_a_watch_on_the_event_loop_not_in_its_thread_pool() -> None:
+    """A plain function would cost a thread hop per object and handler (tens of thousands at start-up), and an
+    event handler running in a thread raced the nudge queue."""
+    registry = kopf.get_default_registry()
+    handlers = [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
+
+    assert {h.id for h in handlers} >= set(main.INDEXES) | {"node_event", "gpu_pod_event", "lws_event"}
+    assert [h.id for h in handlers if not asyncio.iscoroutinefunction(h.fn)] == []
+
+
+def test_the_diff_base_is_kopfs_own_essence_of_the_object() -> None:
+    body = kopf.Body(
+        {
+            "apiVersion": "nvlfleet.io/v1alpha1",
+            "kind": "DeepSeekServing",
+            "metadata": {
+                "name": "s",
+                "namespace": "ns",
+                "uid": "u",
+                "resourceVersion": "7",
+                "labels": {"team": "a"},
+                "annotations": {
+                    "note": "kept",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    "nvlfleet.io/kopf-managed": "yes",
+                    "nvlfleet.io/reconcile": "{}",
+                },
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {"model": "x", "decode": {"groups": 2}},
+            "status": {"observedGeneration": 1},
+        }
+    )
+    ours = main._FencedDiffBases(operator.Operator(Config()))
+
+    assert ours.build(body=body) == kopf.AnnotationsDiffBaseStorage().build(body=body)
+    assert ours.build(body=body) == {
+        "spec": body["spec"],
+        "metadata": {"labels": {"team": "a"}, "annotations": {"note": "kept"}},
+    }

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -101,6 +101,18 @@ class _FencedDiffBases(kopf.DiffBaseStorage):
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         if self._op.reconciles(body.metadata.namespace):
             self._op.diff_bases.store(body.metadata.uid or "", essence)
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        """kopf's essence, without deep-copying what it throws away: kopf builds one on every watch event of every
+        watched kind (nodes' and pods' too), and copies the whole object — status, ``managedFields`` — before it
+        keeps the spec, labels and annotations. Only a handler's extra fields (none of nvlfleet's asks) could
+        reach beyond those."""
+        if extra_fields:
+            return super().build(body=body, extra_fields=extra_fields)
+        meta = body.get("metadata") or {}
+        lean = {k: v for k, v in body.items() if k not in ("metadata", "status")}
+        lean["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+        return super().build(body=kopf.Body(lean))
 
 
 class _ProgressAnnotations(kopf.AnnotationsProgressStorage):
@@ -245,7 +257,7 @@ def _reconciled(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
 
 
 @kopf.index(*DSS, when=_watched)
-def servings(namespace: str | None, name: str, **_: Any) -> dict[None, inventory.ServingKey]:
+async def servings(namespace: str | None, name: str, **_: Any) -> dict[None, inventory.ServingKey]:
     """Every watched serving, on a standby too: what the new leader reconciles when it takes over."""
     return {None: inventory.ServingKey(namespace or "default", name)}
 
@@ -272,7 +284,7 @@ async def forget_serving(namespace: str | None, name: str, memo: kopf.Memo, **_:
 
 
 @kopf.index(*DSS)
-def live_servings(uid: str, **_: Any) -> dict[None, str]:
+async def live_servings(uid: str, **_: Any) -> dict[None, str]:
     """The uid of every DeepSeekServing that exists: a LeaderWorkerSet holds capacity only while one owns it."""
     return {None: uid}
 
@@ -301,7 +313,7 @@ def _child_index(kind: names.Kind) -> None:
     resource = (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
     labels = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
 
-    def index(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def index(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
         key = caches.child_key(namespace, labels)
         return {} if key is None else {key: caches.Packed(body)}
 
@@ -323,12 +335,15 @@ for _kind in names.CHILD_KINDS:
     _child_index(_kind)
 
 
+# The index handlers are coroutines too, though they only trim and parse: kopf runs a plain function in its thread
+# pool, through a thread hop, a task and a shielded future per object and handler — at start-up, once for each of
+# tens of thousands of (object, index) pairs, and every allocation of a worker thread fragments its own malloc arena.
 @kopf.index("nodes")
-def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.Node]:
+async def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.Node]:
     """Each node parsed once, when its watch event arrives. A node the API server should never return (a
     malformed field) is left out, as the reconciler would leave it out."""
     found: list[problems.Problem] = []
-    node = inventory.parse_node(caches.trim_node(body), f"nodes[{name}]", found)
+    node = caches.parsed_node(name, body, found)
     if node is None:
         log.debug("node %s left out of the inventory: %s", name, problems.summary(found))
         return {}
@@ -336,15 +351,15 @@ def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.No
 
 
 @kopf.index("pods", when=caches.requests_gpus)
-def gpu_pods(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
+async def gpu_pods(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
     return {None: caches.trim_pod(body)}
 
 
 @kopf.index("pods", when=caches.requests_gpus)
-def bound_gpu_pods(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.GpuPod]:
+async def bound_gpu_pods(name: str, body: kopf.Body, **_: Any) -> dict[None, inventory.GpuPod]:
     """The GPUs each bound pod holds, parsed once per watch event (as ``fleet_nodes``); unbound and finished
     pods hold none and are left out, as the reconciler would leave them out."""
-    pod = inventory.parse_pod(caches.trim_pod(body), f"pods[{name}]", [])
+    pod = caches.parsed_pod(name, body)
     return {} if pod is None else {None: pod}
 
 
@@ -368,7 +383,7 @@ async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo:
 
 
 @kopf.index("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
-def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
+async def fleet_lws(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
     return {None: caches.trim_lws(body)}
 
 
