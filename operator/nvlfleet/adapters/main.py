@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -112,7 +112,7 @@ class _FencedDiffBases(kopf.DiffBaseStorage):
         meta = body.get("metadata") or {}
         lean = {k: v for k, v in body.items() if k not in ("metadata", "status")}
         lean["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
-        return super().build(body=kopf.Body(lean))
+        return super().build(body=kopf.Body(cast(kopf.RawBody, lean)))
 
 
 class _ProgressAnnotations(kopf.AnnotationsProgressStorage):
