@@ -74,14 +74,13 @@ class Demand:
     groups: int
     requirements: inventory.NodeRequirements
     strategy: Strategy = "pack"
+    # Built once: a plan asks every demand and placement for it several times, a thousand placements per pass.
+    owner: inventory.RoleKey = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "owner", inventory.RoleKey(self.serving, self.role))
         if self.nodes_per_group < 1 or self.groups < 0:
             raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and groups >= 0")
-
-    @property
-    def owner(self) -> inventory.RoleKey:
-        return inventory.RoleKey(self.serving, self.role)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,14 +91,12 @@ class Placement:
     role: str
     nodes_per_group: int
     groups: Mapping[str, int]
+    owner: inventory.RoleKey = dataclasses.field(init=False, repr=False, compare=False)  # as ``Demand.owner``
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "owner", inventory.RoleKey(self.serving, self.role))
         if self.nodes_per_group < 1 or any(g < 0 for g in self.groups.values()):
             raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and group counts >= 0")
-
-    @property
-    def owner(self) -> inventory.RoleKey:
-        return inventory.RoleKey(self.serving, self.role)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +304,7 @@ class _Book:
         req: inventory.NodeRequirements | None,
         existing: Mapping[str, int],
     ) -> None:
-        scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_keys)
+        scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_members)
         self.scopes_used.add(scope)
         cls = capacity.UNKNOWN if req is None else self.intern(req)
         bound = self.bound[scope].get(key, {})
@@ -591,7 +588,7 @@ class _Book:
         return tuple(out)
 
 
-def _scope_of(groups: Mapping[str, int], scope_keys: Mapping[inventory.Scope, list[str]]) -> inventory.Scope:
+def _scope_of(groups: Mapping[str, int], members: Mapping[inventory.Scope, frozenset[str]]) -> inventory.Scope:
     """The scope of a held placement, from its domain keys (node keys are host names, not clique ids)."""
-    node_keys = set(scope_keys.get("node", ()))
+    node_keys = members.get("node", frozenset())
     return "node" if groups and all(k in node_keys for k in groups) else "clique"
