@@ -21,7 +21,6 @@ import sys
 import time
 from typing import Any
 
-import convergence
 import steadystate
 from localcluster import fleet
 
