@@ -126,6 +126,25 @@ def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
     assert third.view is not None and len(third.view.inventory.nodes) == 35
 
 
+def test_passes_share_the_merged_fleet_until_a_leaderworkerset_is_seen_or_written() -> None:
+    op = operator.Operator(Config())
+    op.indices = {"fleet_lws": {None: [lws("a", 1, "5")]}}
+    snapshot = reconciler.Snapshot(
+        serving=sb.serving_dict(),
+        now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC),
+        served=frozenset({"LeaderWorkerSet"}),
+    )
+    assert replicas(op._cached(snapshot).fleet) == {"a": 1}
+
+    op.written.note(lws("b", 2, "6", uid="uid-2"))  # as ``Operator._apply`` does, then ``changed``
+    op.changed()
+    assert replicas(op._cached(snapshot).fleet) == {"a": 1, "b": 2}
+
+    op.indices["fleet_lws"][None][0] = lws("a", 3, "7")  # the watch delivered a change: ``lws_event`` says so
+    op.changed()
+    assert replicas(op._cached(snapshot).fleet) == {"a": 3, "b": 2}
+
+
 def test_watch_event_handlers_run_on_the_event_loop_where_the_nudge_queue_lives() -> None:
     # kopf runs a plain function in a thread: a nudge added there raced the queue's iteration on the loop.
     for handler in (main.node_event, main.gpu_pod_event, main.lws_event):

@@ -93,6 +93,7 @@ class Operator:
         self._versions = itertools.count(1)
         self._version = 0
         self._views: dict[str, tuple[int, reconciler.FleetView]] = {}
+        self._fleet: tuple[int, list[Mapping[str, Any]]] = (-1, [])  # the merged fleet_lws index, by version
         self.nudges = nudges.Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = exporter.OperatorMetrics()
@@ -230,12 +231,19 @@ class Operator:
         computed once and shared by every pass until one of those objects changes (``changed``)."""
         version = self._version  # read before the caches: a view is never filed under a newer version than its data
         lws = names.LEADER_WORKER_SET.kind in snap.served
+        if not lws:
+            fleet: list[Mapping[str, Any]] = []
+        elif self._fleet[0] == version:
+            fleet = self._fleet[1]
+        else:  # what the index and this process's writes hold changes only with the version (``changed``)
+            fleet = self.written.merged(_store(self.indices, "fleet_lws"))
+            self._fleet = (version, fleet)
         snap = dataclasses.replace(
             snap,
             nodes=list(_store(self.indices, "fleet_nodes")),
             pods=list(_store(self.indices, "gpu_pods")),
             bound=list(_store(self.indices, "bound_gpu_pods")),
-            fleet=self.written.merged(_store(self.indices, "fleet_lws")) if lws else [],
+            fleet=list(fleet),
             live_servings=frozenset(_store(self.indices, "live_servings")) if "live_servings" in self.indices else None,
         )
         spec = snap.serving.get("spec")

@@ -49,7 +49,7 @@ def assess(
     StatefulSets in its namespace (for pods the API server refuses to create)."""
     namespace, name = serving.metadata.namespace, serving.metadata.name
     label = serving.spec.placement.domain_label
-    nodes = {n.name: n for n in inv.nodes}
+    nodes = inv.by_name()
     members_of: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         meta = objects.as_mapping(pod.get("metadata"))

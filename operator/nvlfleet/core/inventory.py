@@ -206,6 +206,13 @@ class Inventory:
     _tallies: dict[Scope, Tally] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _free: dict[NodeRequirements, Mapping[str, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _censuses: dict[NodeRequirements, Census] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _by_name: dict[str, Node] = dataclasses.field(default_factory=dict, init=False, repr=False)
+
+    def by_name(self) -> Mapping[str, Node]:
+        """Every node by name; read-only, shared by every caller (each serving's pass looks its pods' nodes up)."""
+        if len(self._by_name) != len(self.nodes):
+            self._by_name.update((n.name, n) for n in self.nodes)
+        return self._by_name
 
     def domains(self, scope: Scope = "clique") -> tuple[Domain, ...]:
         """Domains of one scope, sorted by key. Clique scope leaves out nodes without the domain label."""

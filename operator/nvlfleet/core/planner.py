@@ -591,4 +591,4 @@ class _Book:
 def _scope_of(groups: Mapping[str, int], members: Mapping[inventory.Scope, frozenset[str]]) -> inventory.Scope:
     """The scope of a held placement, from its domain keys (node keys are host names, not clique ids)."""
     node_keys = members.get("node", frozenset())
-    return "node" if groups and all(k in node_keys for k in groups) else "clique"
+    return "node" if groups and node_keys.issuperset(groups) else "clique"
