@@ -80,7 +80,7 @@ def test_volumes_are_a_closed_typed_subset_of_the_kubernetes_volume() -> None:
 def test_install_routes_every_kopf_decoding_through_the_guard() -> None:
     decoding.install()
     decoding.install()  # idempotent
-    assert kopf_api.json.loads is decoding.loads
+    assert kopf_api.json.loads is decoding.watched_loads
     assert kopf_webhooks.json.loads is decoding.loads
     assert kopf_webhooks.json.JSONDecodeError is json.JSONDecodeError  # kopf's webhook still catches bad JSON
     assert aiohttp.ClientResponse.json.__wrapped__ is not None  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ off (``nesting.CUT``): the object then reaches the handlers and the webhook like
 refuses it with the field path (``Ready=False, InvalidSpec``) while every other serving goes on being reconciled.
 
 ``install`` puts ``loads`` where kopf decodes: its watch-stream lines, its list and get answers (aiohttp's
-``ClientResponse.json``), and its webhook server's requests. The patch points are kopf 1.x internals; ``install``
+``ClientResponse.json``) — there as ``watched_loads``, which keeps only what the operator reads of pods and nodes
+(``caches.kept``) —, and its webhook server's requests. The patch points are kopf 1.x internals; ``install``
 fails loudly (at start-up, not at the first deep object) if they move, and a unit test pins them.
 """
 
@@ -20,6 +21,7 @@ import logging
 import types
 from typing import Any
 
+from nvlfleet.adapters import caches
 from nvlfleet.api import nesting
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,12 @@ def loads(text: str | bytes | bytearray) -> Any:
     if isinstance(decoded, dict | list) and _brackets(text) > nesting.MAX_DEPTH and not _typed(decoded):
         nesting.cut(decoded)  # decodable, but deep enough to stop a recursive walk further on (kopf's diff)
     return decoded
+
+
+def watched_loads(text: str | bytes | bytearray) -> Any:
+    """``loads``, then only what the operator keeps of it (``caches.kept``): how kopf's watch streams and its
+    list and get answers are decoded."""
+    return caches.kept(loads(text))
 
 
 def _typed(decoded: dict[str, Any] | list[Any]) -> bool:
@@ -56,10 +64,10 @@ def _brackets(text: str | bytes | bytearray) -> int:
     return text.count(b"{") + text.count(b"[")
 
 
-def _json_with_guarded_loads() -> types.ModuleType:
-    shim = types.ModuleType("json", "json, with nvlfleet.decoding.loads as loads")
+def _json_with(decode: Any) -> types.ModuleType:
+    shim = types.ModuleType("json", f"json, with nvlfleet.decoding.{decode.__name__} as loads")
     shim.__dict__.update({k: v for k, v in vars(json).items() if not k.startswith("__")})
-    shim.loads = loads  # type: ignore[attr-defined]
+    shim.loads = decode  # type: ignore[attr-defined]
     return shim
 
 
@@ -69,15 +77,15 @@ def install() -> None:
     from kopf._cogs.clients import api as kopf_api
     from kopf._kits import webhooks as kopf_webhooks
 
-    for module in (kopf_api, kopf_webhooks):
+    for module, decode in ((kopf_api, watched_loads), (kopf_webhooks, loads)):
         if not isinstance(getattr(module, "json", None), types.ModuleType):
             raise RuntimeError(f"{module.__name__} no longer decodes with the json module: update nvlfleet.decoding")
-        if module.json.loads is not loads:
-            module.json = _json_with_guarded_loads()  # type: ignore[attr-defined]
+        if module.json.loads is not decode:
+            module.json = _json_with(decode)  # type: ignore[attr-defined]
     response_json = aiohttp.ClientResponse.json
     if getattr(response_json, "__wrapped__", None) is None:
 
-        async def guarded_json(self: aiohttp.ClientResponse, *, loads: Any = loads, **kwargs: Any) -> Any:
+        async def guarded_json(self: aiohttp.ClientResponse, *, loads: Any = watched_loads, **kwargs: Any) -> Any:
             return await response_json(self, loads=loads, **kwargs)
 
         guarded_json.__wrapped__ = response_json  # type: ignore[attr-defined]
