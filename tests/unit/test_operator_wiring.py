@@ -236,3 +236,25 @@ def test_the_diff_base_is_kopfs_own_essence_of_the_object() -> None:
         "spec": body["spec"],
         "metadata": {"labels": {"team": "a"}, "annotations": {"note": "kept"}},
     }
+
+
+def test_kopf_is_sent_only_nvlfleets_own_objects_of_each_child_kind() -> None:
+    settings = kopf.OperatorSettings()
+    memo = kopf.Memo(operator=operator.Operator(Config()))
+
+    async def start_and_stop() -> None:
+        await main.startup(settings=settings, memo=memo)
+        await main.cleanup(memo=memo)
+
+    asyncio.run(start_and_stop())
+
+    def selectors(group: str, version: str, plural: str) -> list[str]:
+        resource = kopf.Resource(group, version, plural, namespaced=True)
+        return settings.watching.label_selectors.collect(resource)
+
+    own = "app.kubernetes.io/managed-by=nvlfleet"
+    assert selectors("", "v1", "services") == [own]
+    assert selectors("leaderworkerset.x-k8s.io", "v1", "leaderworkersets") == [own]
+    assert selectors("apps", "v1", "deployments") == [own]
+    assert selectors("", "v1", "pods") == []  # every GPU pod holds GPUs, whoever made it
+    assert selectors("nvlfleet.io", "v1alpha1", "deepseekservings") == []

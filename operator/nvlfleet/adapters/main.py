@@ -151,6 +151,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
     settings.posting.level = logging.WARNING  # kopf's own events only for trouble; nvlfleet posts decisions
     settings.peering.standalone = True  # leader election is a Lease, see nvlfleet.adapters.election
     settings.watching.server_timeout = 300
+    # The API server sends only nvlfleet's own children of each child kind, which is all every handler on them
+    # takes (the same label is their filter): another controller's — a LeaderWorkerSet's headless Service per
+    # group — cost no watch event, no decoding and no per-object state in kopf.
+    for kind in names.CHILD_KINDS:
+        settings.watching.label_selectors[_resource(kind)] = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
     settings.networking.request_timeout = 60
     # kopf retries a failed watch request this many times, this far apart (about 2.5 minutes in all), before it
     # escalates: long enough to ride out an API server restart quietly.
@@ -306,11 +311,16 @@ async def serving_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -
 # watch was away has a new resourceVersion, which the serving's next re-check sees (``Operator.inputs``).
 
 
+def _resource(kind: names.Kind) -> tuple[str, ...]:
+    """How kopf names ``kind``'s resource: (group, version, plural), or (version, plural) for the core group."""
+    return (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
+
+
 def _child_index(kind: names.Kind) -> None:
     """An index of ``kind``'s nvlfleet children by (namespace, serving), and an event handler that nudges the
     serving when one changes or goes (by hand, by another controller): drift is seen by the watch, so the
     periodic re-check of a serving whose inputs are unchanged costs nothing (``Operator.recheck_all``)."""
-    resource = (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
+    resource = _resource(kind)
     labels = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
 
     async def index(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[Any, Any]:
