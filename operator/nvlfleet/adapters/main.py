@@ -311,7 +311,7 @@ async def serving_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -
 # watch was away has a new resourceVersion, which the serving's next re-check sees (``Operator.inputs``).
 
 
-def _resource(kind: names.Kind) -> tuple[str, ...]:
+def _resource(kind: names.Kind) -> tuple[str, str] | tuple[str, str, str]:
     """How kopf names ``kind``'s resource: (group, version, plural), or (version, plural) for the core group."""
     return (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
 
