@@ -6,10 +6,9 @@ a watched object changes (``Operator.changed``)."""
 from __future__ import annotations
 
 import datetime
-import inspect
 from typing import Any
 
-from nvlfleet.adapters import caches, main, operator
+from nvlfleet.adapters import caches, operator
 from nvlfleet.adapters.config import Config
 from nvlfleet.core import reconciler
 from support import fleetbuilder as fb
@@ -143,9 +142,3 @@ def test_passes_share_the_merged_fleet_until_a_leaderworkerset_is_seen_or_writte
     op.indices["fleet_lws"][None][0] = lws("a", 3, "7")  # the watch delivered a change: ``lws_event`` says so
     op.changed()
     assert replicas(op._cached(snapshot).fleet) == {"a": 3, "b": 2}
-
-
-def test_watch_event_handlers_run_on_the_event_loop_where_the_nudge_queue_lives() -> None:
-    # kopf runs a plain function in a thread: a nudge added there raced the queue's iteration on the loop.
-    for handler in (main.node_event, main.gpu_pod_event, main.lws_event):
-        assert inspect.iscoroutinefunction(handler), handler.__name__
