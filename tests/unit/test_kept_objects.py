@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 from nvlfleet.adapters import caches, decoding
+from nvlfleet.api import names
+from nvlfleet.core import fieldsets
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -74,16 +76,47 @@ def test_a_list_and_a_watch_event_are_kept_item_by_item_and_a_bookmark_whole() -
     assert caches.kept(copy.deepcopy(bookmark)) == bookmark
 
 
-def test_a_serving_loses_only_its_managed_fields_and_a_child_keeps_them() -> None:
+def test_a_serving_loses_only_its_managed_fields() -> None:
     serving = as_served(sb.serving_dict())
-    child = as_served(
-        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "c"}}
-    )
 
     kept = caches.kept(copy.deepcopy(serving))
     del serving["metadata"]["managedFields"]
     assert kept == serving
-    assert caches.kept(copy.deepcopy(child)) == child  # core.fieldsets reads which fields other managers set
+
+
+def lws_child(*entries: dict[str, Any]) -> dict[str, Any]:
+    spec = {
+        "replicas": 1,
+        "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"volumes": [{"name": "h"}]}}},
+    }
+    child = as_served(
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "c"}}
+    )
+    child["spec"] = spec
+    child["metadata"]["managedFields"] = [
+        {"manager": names.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        {"manager": "lws", "operation": "Update", "subresource": "status", "fieldsV1": {"f:status": {}}},
+        *entries,
+    ]
+    return child
+
+
+def test_a_child_only_nvlfleet_set_the_spec_of_loses_its_managed_fields_and_nothing_else() -> None:
+    child = lws_child()
+
+    kept = caches.kept(copy.deepcopy(child))
+    assert fieldsets.foreign(kept) is None and fieldsets.foreign(child) is None
+    del child["metadata"]["managedFields"]
+    assert kept == child
+
+
+def test_a_child_another_manager_set_spec_fields_of_keeps_them_whole() -> None:
+    volumes = {"f:leaderWorkerTemplate": {"f:workerTemplate": {"f:spec": {"f:volumes": {'k:{"name":"h"}': {}}}}}}
+    child = lws_child({"manager": "kubectl-patch", "operation": "Update", "fieldsV1": {"f:spec": volumes}})
+
+    kept = caches.kept(copy.deepcopy(child))
+    assert kept == child
+    assert fieldsets.foreign(kept) == fieldsets.foreign(child) is not None  # what the pass replaces the child for
 
 
 def test_kopfs_watch_stream_is_decoded_into_what_is_kept() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nvlfleet.api import names, problems
-from nvlfleet.core import inventory
+from nvlfleet.core import fieldsets, inventory
 
 
 def requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
@@ -165,11 +165,15 @@ KOPF_METADATA = (
 )
 
 
+# The (apiVersion, kind) of every kind a serving owns.
+_CHILD_TYPES = frozenset((kind.api_version, kind.kind) for kind in names.CHILD_KINDS)
+
+
 def kept(document: Any) -> Any:
     """What the operator keeps of a document kopf decoded from the API server (a list, a watch event, an object):
     pods and nodes as ``trim_pod``/``trim_node`` keep them, with the metadata kopf reads; a DeepSeekServing
-    without its ``managedFields``; other kinds whole (a child's ``managedFields`` say which of its fields other
-    managers set: ``core.fieldsets``).
+    without its ``managedFields``; a child without them too when they name no manager but nvlfleet owning a
+    field of its spec (all a pass reads of them: ``core.fieldsets.foreign``), else whole; other kinds whole.
 
     kopf holds every object of every watched kind as decoded until its indexes are populated. At start-up with
     1,000 servings that was about 28 MB of JSON at once (one object of each kind measured, times a thousand),
@@ -200,6 +204,10 @@ def _kept_object(obj: dict[str, Any]) -> dict[str, Any]:
         slim["metadata"] = {k: meta[k] for k in KOPF_METADATA if k in meta}
         return slim
     if obj.get("kind") == names.KIND and str(obj.get("apiVersion", "")).startswith(names.GROUP + "/"):
+        meta.pop("managedFields", None)
+    elif (obj.get("apiVersion"), obj.get("kind")) in _CHILD_TYPES and not fieldsets.others_own_spec(obj):
+        # nvlfleet's own entry lists every field it renders: two fifths of a LeaderWorkerSet's JSON, held by kopf
+        # for every child at start-up and in the children's indexes (``Packed``) after.
         meta.pop("managedFields", None)
     return obj
 
@@ -327,8 +335,8 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 class Packed:
     """A watched object kept as compact JSON, with the fields compared without decoding it (kind, uid,
-    resourceVersion): a thousand servings' children and the servings themselves, whole (a pass compares every
-    field nvlfleet renders, and ``managedFields``), cost their JSON text rather than five to ten times as much in
+    resourceVersion): a thousand servings' children and the servings themselves, as ``kept`` keeps them (a pass
+    compares every field nvlfleet renders, and other managers' ``managedFields``), cost their JSON text rather than five to ten times as much in
     Python dicts. A pass decodes only its own serving's (``unpack``: a fresh copy, so no pass can alter the cache)."""
 
     __slots__ = ("kind", "resource_version", "text", "uid")

@@ -67,6 +67,12 @@ def without_foreign(obj: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+def others_own_spec(obj: Mapping[str, Any]) -> bool:
+    """Whether a manager other than nvlfleet owns any field of ``obj``'s spec (outside subresources): when none
+    does, ``foreign`` is None whatever the rest of ``managedFields`` says, and a cache may drop them."""
+    return bool(_foreign_entries(obj))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 
