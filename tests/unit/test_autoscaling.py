@@ -432,3 +432,51 @@ def test_the_decision_carries_desired_and_ready_groups_per_role_and_the_ceiling_
     plain = autoscaled()
     del plain["spec"]["autoscaling"]
     assert decide(plain).max_groups is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Events: decode stopping or resuming to follow its signal is told once, when the reason changes
+
+
+def pass_after(previous: reconciler.Decision, conditions: list[dict[str, str]]) -> reconciler.Decision:
+    """The next pass of the serving ``previous`` wrote the status of, with KEDA now saying ``conditions``."""
+    obj = autoscaled()
+    assert previous.status is not None
+    obj["status"] = previous.status
+    (scaled,) = of_kind(decide(obj), "ScaledObject")
+    observed = {**scaled, "metadata": {**scaled["metadata"], "uid": "uid-so"}, "status": {"conditions": conditions}}
+    return decide(obj, children=[observed])
+
+
+def autoscaling_events(decision: reconciler.Decision) -> list[tuple[str, str]]:
+    return [(e.type, e.message) for e in decision.events if e.reason == reasons.AUTOSCALING]
+
+
+def test_waiting_for_kedas_first_report_posts_no_event() -> None:
+    assert autoscaling_events(decide(autoscaled())) == []
+
+
+def test_autoscaling_turning_false_posts_a_warning_with_the_conditions_message() -> None:
+    ready = with_keda_status(keda_says(Ready=KEDA_READY))
+    failing = pass_after(ready, keda_says(Ready=TRIGGER_FAILS, HPAActive=HPA_FAILS))
+
+    assert autoscaling_events(failing) == [("Warning", autoscaling_condition(failing)[2])]
+    assert HPA_FAILS[2] in autoscaling_events(failing)[0][1]
+
+
+def test_a_signal_still_unavailable_posts_nothing_more_though_kedas_message_changed() -> None:
+    failing = pass_after(with_keda_status(keda_says(Ready=KEDA_READY)), keda_says(Ready=TRIGGER_FAILS))
+    other = (*HPA_FAILS[:2], HPA_FAILS[2].replace("127.0.0.1:9", "127.0.0.1:10"))
+
+    assert autoscaling_events(pass_after(failing, keda_says(Ready=TRIGGER_FAILS, HPAActive=other))) == []
+
+
+def test_autoscaling_turning_true_again_posts_a_normal_event() -> None:
+    failing = pass_after(with_keda_status(keda_says(Ready=KEDA_READY)), keda_says(Ready=TRIGGER_FAILS))
+    recovered = pass_after(failing, keda_says(Ready=KEDA_READY))
+
+    assert autoscaling_events(recovered) == [("Normal", autoscaling_condition(recovered)[2])]
+
+
+def test_keda_reporting_ready_the_first_time_posts_nothing() -> None:
+    assert autoscaling_events(pass_after(decide(autoscaled()), keda_says(Ready=KEDA_READY))) == []

@@ -247,7 +247,8 @@ def _kept_fields(before: Mapping[str, Any]) -> dict[str, Any]:
 
 def events(before: Mapping[str, Any], after: servingstatus.DeepSeekServingStatus) -> list[Event]:
     """Events for what changed between two statuses that a person must hear of: a move to a new placement, a
-    warning condition turning or given a new reason, a recovery. Ready turning True is the status' to tell."""
+    warning condition turning or given a new reason, a recovery, autoscaling stopping or resuming. Ready turning
+    True is the status' to tell."""
     old = {c.get("type"): c for c in _old_conditions(before)}
     new = {c.type: c for c in after.conditions}
     out: list[Event] = []
@@ -270,4 +271,15 @@ def events(before: Mapping[str, Any], after: servingstatus.DeepSeekServingStatus
             out.append(Event("Warning", ctype, new[ctype].message))
     if new[reasons.DEGRADED].status == "False" and (old.get(reasons.DEGRADED) or {}).get("status") == "True":
         out.append(Event("Normal", reasons.RECOVERED, "every placed group is healthy again"))
+    scaling = new.get(reasons.AUTOSCALING)
+    if scaling is not None and turned(reasons.AUTOSCALING):
+        # Decode stops following its signal: a person must hear it. Waiting for KEDA's first report is how every
+        # autoscaled serving starts, and KEDA's own messages change on every poll, so only a new reason is news.
+        if scaling.status == "False" and scaling.reason != reasons.WAITING_FOR_KEDA:
+            out.append(Event("Warning", reasons.AUTOSCALING, scaling.message))
+        elif scaling.status == "True" and (old.get(reasons.AUTOSCALING) or {}).get("reason") not in (
+            None,
+            reasons.WAITING_FOR_KEDA,
+        ):
+            out.append(Event("Normal", reasons.AUTOSCALING, scaling.message))  # it follows its signal again
     return out
