@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -144,6 +145,24 @@ def test_a_child_changed_by_someone_else_makes_the_recheck_pass_the_serving_agai
     indexed[0] = caches.Packed(child)
 
     assert rechecked(op)
+
+
+def test_the_recheck_says_at_debug_level_which_input_made_it_run_a_pass(caplog: Any) -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    indexed = op.indices[caches.CHILD_INDEXES["LeaderWorkerSet"]][(KEY.namespace, KEY.name)]
+    child = indexed[0].unpack()
+    was = child["metadata"]["resourceVersion"]
+    child["metadata"]["resourceVersion"] = "999"
+    indexed[0] = caches.Packed(child)
+
+    with caplog.at_level(logging.DEBUG, logger="nvlfleet"):
+        assert rechecked(op)
+
+    (said,) = [r.getMessage() for r in caplog.records if "re-check" in r.getMessage()]
+    assert f"{KEY} runs a pass: its children's versions" in said
+    assert f"'LeaderWorkerSet', '{was}'" in said and "'LeaderWorkerSet', '999'" in said
+    assert "the serving's version" not in said
 
 
 def test_a_spec_change_makes_the_recheck_pass_the_serving_again() -> None:

@@ -521,7 +521,10 @@ class Operator:
         for key in self.servings():
             settled = self._settled.get(key)
             serving = self._seen.get(key)
-            if settled is None or serving is None or settled != self.inputs(key, serving.resource_version):
+            now = None if serving is None else self.inputs(key, serving.resource_version)
+            if settled is None or now is None or settled != now:
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("re-check of %s runs a pass: %s", key, _why_unsettled(settled, serving, now))
                 self.nudges.add(key)
 
     async def take_over(self) -> None:
@@ -535,6 +538,23 @@ class Operator:
     async def write_status_metrics(self) -> None:
         """Copy tokens/s and revenue into the status of each serving this process reconciles."""
         await self.telemetry.write_status(self._api(), self.known, self.may_write)
+
+
+_INPUTS = ("the serving's version", "the fleet's version", "its writes not yet watched", "its children pruned")
+
+
+def _why_unsettled(settled: tuple[Any, ...] | None, serving: caches.Packed | None, now: tuple[Any, ...] | None) -> str:
+    """Why a re-check runs a pass, in words (``inputs``' parts that changed): what makes an idle fleet busy."""
+    if serving is None:
+        return "the serving was not watched yet"
+    if settled is None:
+        return "its last pass did not settle (it applied or deleted children, or failed)"
+    if now is None:
+        return "the children's indexes are missing"
+    changed = [f"{what} {was!r} → {is_!r}" for what, was, is_ in zip(_INPUTS, settled, now, strict=False) if was != is_]
+    if settled[len(_INPUTS) :] != now[len(_INPUTS) :]:
+        changed.append(f"its children's versions {settled[len(_INPUTS) :]!r} → {now[len(_INPUTS) :]!r}")
+    return "; ".join(changed)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
