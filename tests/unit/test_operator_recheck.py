@@ -228,6 +228,21 @@ def test_a_fleet_change_makes_the_recheck_pass_a_serving_waiting_for_room() -> N
     assert rechecked(op)
 
 
+def test_after_a_restart_a_serving_whose_first_pass_wrote_nothing_is_settled() -> None:
+    before, api = operator_with_watch()
+    settle(before, api)
+    after = operator.Operator(Config(debounce_seconds=0.0))  # a new process on the unchanged fleet
+    after.api, after.indices = api, before.indices  # type: ignore[assignment]
+    after.serving_seen(copy.deepcopy(api.serving))
+    after.changed()  # the nodes and pods it listed at start-up
+    api.calls.clear()
+
+    asyncio.run(after.reconcile(KEY))  # it knows nothing of the serving's placement until this pass
+
+    assert "patch_status" not in api.calls and "apply" not in api.calls
+    assert not rechecked(after)
+
+
 def lws_event(op: operator.Operator, event_type: str | None) -> bool:
     """Whether a LeaderWorkerSet watch event of ``event_type`` nudged its serving."""
     body = {

@@ -167,7 +167,9 @@ class Operator:
         it wrote and write nothing, so the re-check need not run it (at start-up, a second pass of every serving).
         None after a pass that applied or deleted children: their watch events say when it has settled."""
         if not decision.writes:
-            return inputs
+            # The fleet's version was read as if the serving waited for room when this process knew nothing of it
+            # yet (its first pass, after every restart); the re-check compares with what it reads now.
+            return inputs if self._waits_for_room(key) else (inputs[0], 0, *inputs[2:])
         if decision.apply or decision.delete or decision.replace or decision.status is None:
             return None
         seen = self._seen.get(key)
@@ -315,12 +317,16 @@ class Operator:
         pruned = sum(c.uid in self._pruned for c in children)
         # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
         # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
-        known = self.known.get(key)
-        fleet = self._version if known is None or known.unplaced else 0
+        fleet = self._version if self._waits_for_room(key) else 0
         # This serving's own writes and deletions the watch has not caught up with, not the whole process's: a
         # global count changed whenever any serving's write was delivered, and re-ran every settled serving.
         pending = self.applied.pending(key.namespace, key.name)
         return (serving_version, fleet, pending, pruned, *versions)
+
+    def _waits_for_room(self, key: inventory.ServingKey) -> bool:
+        """Whether some of ``key``'s groups wait for room (or this process has not passed it yet)."""
+        known = self.known.get(key)
+        return known is None or bool(known.unplaced)
 
     def serving_seen(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A watch event of a serving: passes read it here, not from the API server."""
