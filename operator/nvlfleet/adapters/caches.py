@@ -336,8 +336,9 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 class Packed:
     """A watched object kept as compact JSON, with the fields compared without decoding it (kind, uid,
     resourceVersion): a thousand servings' children and the servings themselves, as ``kept`` keeps them (a pass
-    compares every field nvlfleet renders, and other managers' ``managedFields``), cost their JSON text rather than five to ten times as much in
-    Python dicts. A pass decodes only its own serving's (``unpack``: a fresh copy, so no pass can alter the cache)."""
+    compares every field nvlfleet renders, and other managers' ``managedFields``), cost their JSON text rather
+    than five to ten times as much in Python dicts. A pass decodes only its own serving's (``unpack``: a fresh
+    copy, so no pass can alter the cache)."""
 
     __slots__ = ("kind", "resource_version", "text", "uid")
 
