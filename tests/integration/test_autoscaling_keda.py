@@ -15,8 +15,9 @@ queue depth of the simulated engine (``vllmsim.set_pressure``) is the load:
 - on a fleet with room for one prefill:decode unit only: InsufficientCapacity says the second unit is missing, and
   the HPA holds at ready < desired;
 - with a Prometheus address where nothing listens: Autoscaling=False, SignalUnavailable, with KEDA's own reason
-  (TriggerError) and the HPA's, while the serving stays Ready at its spec's decode groups and the operator's
-  gauges say so.
+  (TriggerError), the HPA's, and the root cause from the KEDAScalerFailed Event KEDA records (the refused
+  connection), a Warning Event on the serving, while the serving stays Ready at its spec's decode groups and
+  the operator's gauges say so.
 
 None of the autoscaled servings gets a Reverted event: the ScaledObject nvlfleet applies already holds what KEDA's
 operator writes back into it (``spec.advanced.scalingModifiers: {}``), so there is no other manager's field to
@@ -145,6 +146,12 @@ def gauges(operator: Any, namespace: str, name: str) -> dict[tuple[str, str], fl
 
 def signal_unavailable(found: dict[str, Any] | None) -> dict[str, Any] | None:
     return found if found is not None and found["reason"] == reasons.SIGNAL_UNAVAILABLE else None
+
+
+def scaler_said(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The condition, once it quotes what KEDA's scaler said (its KEDAScalerFailed Event)."""
+    said = signal_unavailable(found)
+    return said if said is not None and f"({keda_facts.SCALER_FAILED}: " in said["message"] else None
 
 
 def autoscaled(fleet: Any, name: str, address: str) -> dict[str, Any]:
@@ -290,6 +297,15 @@ def test_an_unreachable_prometheus_says_signal_unavailable_with_kedas_reason_and
     assert found["status"] == "False"
     assert f"Ready=False ({keda_facts.TRIGGER_ERROR}: " in found["message"], found["message"]
     assert nothing_listens in found["message"], found["message"]
+    # The root cause is in the Event KEDA's scale loop records about the ScaledObject, read at the next pass.
+    said = wait_for(
+        lambda: scaler_said(cluster.condition("blind", reasons.AUTOSCALING)),
+        120,
+        "KEDA's scaler error in the condition",
+    )
+    assert "connection refused" in said["message"], said["message"]
+    warned = [e for e in cluster.events("blind") if e[:2] == ("Warning", reasons.AUTOSCALING)]
+    assert any(m.startswith("KEDA cannot read the waitingRequests signal") for _, _, m in warned), warned
 
     assert operator.running(), operator.tail()
     assert decode_groups(cluster, "blind") == 2 and placed(cluster, "blind", "decode") == 2

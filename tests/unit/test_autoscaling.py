@@ -273,6 +273,66 @@ def test_a_failing_trigger_says_why_the_hpa_cannot_read_the_metric_when_keda_mir
     assert f"HPAActive=False ({HPA_FAILS[1]}: {HPA_FAILS[2]})" in message
 
 
+def scaler_failed(message: str, at: str, about: str = "dsv41") -> dict[str, Any]:
+    """The Event KEDA's scale loop records about a ScaledObject whose scaler failed, as core/v1 lists it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{about}.{at}", "namespace": "llm"},
+        "involvedObject": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": about},
+        "reason": keda.SCALER_FAILED,
+        "type": "Warning",
+        "message": message,
+        "eventTime": at,
+    }
+
+
+REFUSED_BY_PROMETHEUS = (
+    'error inspecting prometheus metrics: error when getting metric values: Get "http://127.0.0.1:9/api/v1/query'
+    '?query=x": dial tcp 127.0.0.1:9: connect: connection refused'
+)
+
+
+def with_scaler_events(*events: dict[str, Any]) -> tuple[str, str, str]:
+    obj = autoscaled()
+    (scaled,) = of_kind(decide(obj), "ScaledObject")
+    scaled = {**scaled, "metadata": {**scaled["metadata"], "uid": "uid-so"}}
+    scaled["status"] = {"conditions": keda_says(Ready=TRIGGER_FAILS, HPAActive=HPA_FAILS)}
+    snap = reconciler.Snapshot(
+        serving=obj,
+        now=T0,
+        nodes=fb.rack(0) + fb.rack(1),
+        children=[scaled],
+        served=WITH_KEDA,
+        prometheus_address=PROMETHEUS,
+        events=list(events),
+    )
+    return autoscaling_condition(reconciler.reconcile(snap))
+
+
+def test_a_failing_trigger_says_what_kedas_scaler_said_in_its_latest_event() -> None:
+    _, reason, message = with_scaler_events(
+        scaler_failed("an older failure", "2026-01-01T00:00:00Z"),
+        scaler_failed(REFUSED_BY_PROMETHEUS, "2026-01-01T00:05:00Z"),
+    )
+    assert reason == reasons.SIGNAL_UNAVAILABLE
+    assert f"its scaler failed ({keda.SCALER_FAILED}: {REFUSED_BY_PROMETHEUS})" in message
+    assert "an older failure" not in message
+
+
+def test_events_about_another_scaled_object_are_not_this_servings_cause() -> None:
+    _, _, message = with_scaler_events(scaler_failed(REFUSED_BY_PROMETHEUS, "2026-01-01T00:05:00Z", about="other"))
+    assert "its scaler failed" not in message
+
+
+def test_a_credential_or_a_password_in_kedas_message_is_redacted() -> None:
+    token = "hf_" + "a" * 34
+    said = f'Get "https://admin:s3cret@prom.example/api/v1/query": 401 for token {token}'
+    _, _, message = with_scaler_events(scaler_failed(said, "2026-01-01T00:05:00Z"))
+    assert "s3cret" not in message and token not in message
+    assert "https://<redacted>@prom.example" in message
+
+
 def test_a_partly_failing_trigger_is_signal_unavailable() -> None:
     partial = ("Unknown", keda.PARTIAL_TRIGGER_ERROR, "Some triggers defined in ScaledObject are not working correctly")
     assert autoscaling_condition(with_keda_status(keda_says(Ready=partial)))[:2] == (

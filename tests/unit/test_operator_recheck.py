@@ -30,6 +30,7 @@ class FakeApi:
         self.serving = serving
         self.calls: list[str] = []
         self.children: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
         self._versions = itertools.count(10)
 
     def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -40,9 +41,9 @@ class FakeApi:
         self.calls.append("served")
         return True
 
-    def list_objects(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    def list_objects(self, kind: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         self.calls.append("list")
-        return []
+        return [e for e in self.events if kind.kind == "Event"]
 
     def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         self.calls.append("apply")
@@ -64,10 +65,10 @@ class FakeApi:
         self.calls.append("event")
 
 
-def operator_with_watch() -> tuple[operator.Operator, FakeApi]:
-    serving = sb.serving_dict(groups=1, nodes=2)
+def operator_with_watch(**spec: Any) -> tuple[operator.Operator, FakeApi]:
+    serving = sb.serving_dict(groups=1, nodes=2, **spec)
     serving["metadata"].update(uid="uid-serving", resourceVersion="1", generation=1)
-    op = operator.Operator(Config(debounce_seconds=0.0))
+    op = operator.Operator(Config(debounce_seconds=0.0, prometheus_address="http://prometheus:9090"))
     api = FakeApi(serving)
     op.api = api  # type: ignore[assignment]
     nodes = fb.rack(0)
@@ -276,3 +277,32 @@ def test_a_watched_object_is_kept_as_kopf_hands_it_over() -> None:
     packed = caches.Packed(body)
     assert (packed.kind, packed.uid, packed.resource_version) == ("Service", "u", "7")
     assert packed.unpack() == dict(body)
+
+
+SCALING = {"minGroups": 1, "maxGroups": 2, "signal": "waitingRequests", "target": 8}
+TRIGGER_ERROR = {"type": "Ready", "status": "False", "reason": "TriggerError", "message": "Triggers defined in ..."}
+
+
+def test_a_pass_over_a_failing_scaler_reads_what_keda_said_and_the_recheck_reads_it_again() -> None:
+    op, api = operator_with_watch(autoscaling=SCALING)
+    settle(op, api)
+    api.children[("ScaledObject", KEY.name)]["status"] = {"conditions": [TRIGGER_ERROR]}
+    api.children[("ScaledObject", KEY.name)]["metadata"]["resourceVersion"] = "900"
+    api.events = [
+        {
+            "involvedObject": {"kind": "ScaledObject", "name": KEY.name},
+            "reason": "KEDAScalerFailed",
+            "message": "dial tcp 10.0.0.9:9090: connect: connection refused",
+            "eventTime": "2026-12-01T00:00:00Z",
+        }
+    ]
+    deliver(op, api)
+    api.calls.clear()
+
+    asyncio.run(op.reconcile(KEY))
+
+    assert "list" in api.calls
+    conditions = {c["type"]: c for c in api.serving["status"]["conditions"]}
+    assert "connection refused" in conditions["Autoscaling"]["message"]
+    deliver(op, api)
+    assert rechecked(op)  # Events are not watched: a new one is read at the next re-check

@@ -8,6 +8,7 @@ malformed object is skipped or reported, never a crash.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,3 +16,21 @@ from typing import Any
 def as_mapping(value: object) -> Mapping[str, Any]:
     """``value`` if it is a map, else an empty one."""
     return value if isinstance(value, Mapping) else {}
+
+
+def event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
+    """When an Event last happened: its series' last observation, last timestamp, event time or creation."""
+    series = as_mapping(event.get("series"))
+    for value in (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        as_mapping(event.get("metadata")).get("creationTimestamp"),
+    ):
+        if isinstance(value, str) and value:
+            try:
+                parsed = datetime.datetime.fromisoformat(value)
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    return None

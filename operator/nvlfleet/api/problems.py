@@ -19,6 +19,14 @@ CREDENTIAL = re.compile(
     r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*)"
 )
+# The user information of a URL (``https://user:password@host``): a password in an address someone wrote.
+USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redacted(text: str) -> str:
+    """``text`` with every credential-shaped string and every URL's user information replaced by ``<redacted>``:
+    what is said of an object (its status, an Event) can be read by more people than the object itself."""
+    return USERINFO.sub("<redacted>@", CREDENTIAL.sub("<redacted>", text))
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -29,7 +37,7 @@ class Problem:
     message: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "message", CREDENTIAL.sub("<redacted>", self.message))
+        object.__setattr__(self, "message", redacted(self.message))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -21,10 +21,11 @@ Whatever it says, the serving runs at the groups its spec says; the condition sa
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import datetime
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from nvlfleet.api import autoscaling, models, names, objects, reasons
+from nvlfleet.api import autoscaling, models, names, objects, problems, reasons
 from nvlfleet.facts import keda, vllm_metrics
 
 # (status, reason, message) of the Autoscaling condition, as report.Conditions holds them.
@@ -82,14 +83,23 @@ def blocked(spec: models.DeepSeekServingSpec, served: frozenset[str], default_ad
     return None
 
 
+def trigger_failing(observed: Mapping[str, Any] | None) -> bool:
+    """Whether KEDA reports the trigger of ``observed`` (a ScaledObject) failing: only then are the Events about it
+    worth reading (``condition``'s ``events``)."""
+    ready = _keda_conditions(observed).get(keda.READY)
+    return ready is not None and ready[1] in keda.TRIGGER_ERRORS
+
+
 def condition(
     serving: models.DeepSeekServing,
     served: frozenset[str],
     default_address: str | None,
     observed: Mapping[str, Any] | None,
+    events: Iterable[Mapping[str, Any]] = (),
 ) -> Condition:
     """The Autoscaling condition of a serving with ``spec.autoscaling`` set; ``observed``: its ScaledObject as the
-    watch last saw it (None before it exists)."""
+    watch last saw it (None before it exists); ``events``: Events in the serving's namespace, of which those KEDA
+    recorded about the ScaledObject's failing scaler say why the signal cannot be read."""
     scaling = serving.spec.autoscaling
     assert scaling is not None
     if (why := blocked(serving.spec, served, default_address)) is not None:
@@ -116,11 +126,15 @@ def condition(
     if ready[1] in keda.TRIGGER_ERRORS or (ready[0] == "True" and hpa_failed):
         told = [f"Ready={ready[0]} ({_said(ready)})"] if ready[0] != "True" else []
         told += [f"HPAActive=False ({_said(hpa)})"] if hpa is not None and hpa_failed else []
+        failed = _scaler_failure(events, name) if ready[1] in keda.TRIGGER_ERRORS else None
+        told += [f"its scaler failed ({keda.SCALER_FAILED}: {failed})"] if failed else []
         return (
             "False",
             reasons.SIGNAL_UNAVAILABLE,
-            f"KEDA cannot read the {scaling.signal.value} signal from {_server_address(observed)}: ScaledObject "
-            f"{name} says {'; '.join(told)} — the HPA holds decode where it is until the signal is read again",
+            problems.redacted(
+                f"KEDA cannot read the {scaling.signal.value} signal from {_server_address(observed)}: ScaledObject "
+                f"{name} says {'; '.join(told)} — the HPA holds decode where it is until the signal is read again"
+            ),
         )
     if ready[0] != "True":
         return (
@@ -147,6 +161,21 @@ def _keda_conditions(observed: Mapping[str, Any] | None) -> dict[str, tuple[str,
             reason, message = entry.get("reason"), entry.get("message")
             found[ctype] = (status, _text(reason), _text(message))
     return found
+
+
+def _scaler_failure(events: Iterable[Mapping[str, Any]], name: str) -> str | None:
+    """The message of the latest Event KEDA recorded about ScaledObject ``name``'s failing scaler, if any."""
+    latest: tuple[datetime.datetime, str] | None = None
+    for event in events:
+        involved = objects.as_mapping(event.get("involvedObject"))
+        if (involved.get("kind"), involved.get("name")) != (names.SCALED_OBJECT.kind, name):
+            continue
+        message, when = event.get("message"), objects.event_time(event)
+        if event.get("reason") != keda.SCALER_FAILED or not isinstance(message, str) or not message or when is None:
+            continue
+        if latest is None or when >= latest[0]:
+            latest = (when, message.strip())
+    return None if latest is None else latest[1]
 
 
 def _text(value: object) -> str:

@@ -124,28 +124,10 @@ def refusals(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[str, s
             continue
         if reason not in ("FailedCreate", "SuccessfulCreate") or not isinstance(name, str):
             continue
-        when = _event_time(event)
+        when = objects.event_time(event)
         if when is not None and (name not in latest or when >= latest[name][0]):
             latest[name] = (when, str(reason), message if isinstance(message, str) else "no message given")
     return {name: message for name, (_, reason, message) in latest.items() if reason == "FailedCreate"}
-
-
-def _event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
-    """When an Event last happened: its series' last observation, last timestamp, event time or creation."""
-    series = objects.as_mapping(event.get("series"))
-    for value in (
-        series.get("lastObservedTime"),
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        objects.as_mapping(event.get("metadata")).get("creationTimestamp"),
-    ):
-        if isinstance(value, str) and value:
-            try:
-                parsed = datetime.datetime.fromisoformat(value)
-            except ValueError:
-                continue
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-    return None
 
 
 def _rolling(lws: Mapping[str, Any]) -> bool:

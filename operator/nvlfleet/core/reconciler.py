@@ -103,8 +103,8 @@ class Snapshot:
     event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
     or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
     installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
-    ``events``: the Events about StatefulSets in the serving's namespace (a pod the API server refuses to create
-    is said only there; see ``health``).
+    ``events``: Events in the serving's namespace about its StatefulSets (a pod the API server refuses to create
+    is said only there; see ``health``) and its ScaledObject (why KEDA's scaler fails; see ``autoscaling``).
     ``view``: nodes, pods and fleet digested (``fleet_view``) by an earlier pass over the same objects; used
     when its domain label is the serving's, else computed here.
     """
@@ -263,7 +263,9 @@ def _autoscaling(
         desired.append(_owned_copy(autoscaling.scaled_object(serving, prometheus), serving))
     ident = (names.SCALED_OBJECT.kind, serving.metadata.name)
     observed = next((c for c in owned if _ident(c) == ident), None)
-    return {reasons.AUTOSCALING: autoscaling.condition(serving, snap.served, snap.prometheus_address, observed)}
+    return {
+        reasons.AUTOSCALING: autoscaling.condition(serving, snap.served, snap.prometheus_address, observed, snap.events)
+    }
 
 
 def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:

@@ -20,6 +20,11 @@ conditions KEDA sets in the ScaledObject's status. Read from KEDA v2.21.0's sour
   ("HPA is actively scaling"), ``True``/``ScalingDisabled`` (scaled to zero), or ``False`` with the HPA's own
   reason (e.g. ``FailedGetExternalMetric``) and "HPA is not actively scaling: <the HPA's message>" — the message
   that says *why* the metric failed, which ``TriggerError``'s fixed sentence does not.
+- ``pkg/scaling/scale_handler.go``: when a trigger's metric cannot be read, the scale loop also records a Warning
+  Event about the ScaledObject (through ``events.k8s.io``; in ``core/v1`` its ``involvedObject``) with reason
+  ``KEDAScalerFailed`` and the scaler's own error as its message — e.g. the refused connection to Prometheus, the
+  root cause that neither ``TriggerError``'s sentence nor the HPA's message carries. Repeats of it are a series
+  (``series.lastObservedTime``).
 - ``Fallback`` is ``True`` only with ``spec.fallback``, which nvlfleet never renders (and reverts when another
   manager adds it), so it is not read.
 - ``apis/keda/v1alpha1/scaledobject_types.go``: ``AdvancedConfig.ScalingModifiers`` is a struct, not a pointer,
@@ -45,6 +50,9 @@ HPA_ACTIVE: Final = "HPAActive"
 TRIGGER_ERROR: Final = "TriggerError"  # Ready False
 PARTIAL_TRIGGER_ERROR: Final = "PartialTriggerError"  # Ready Unknown
 TRIGGER_ERRORS: Final = frozenset({TRIGGER_ERROR, PARTIAL_TRIGGER_ERROR})
+
+# The reason of the Event KEDA records about a ScaledObject whose scaler failed (its message: the scaler's error).
+SCALER_FAILED: Final = "KEDAScalerFailed"
 
 # The annotations that pause a ScaledObject (all of them, or one direction).
 PAUSED_ANNOTATIONS: Final = (
