@@ -318,6 +318,7 @@ def test_a_failing_trigger_says_what_kedas_scaler_said_in_its_latest_event() -> 
     assert reason == reasons.SIGNAL_UNAVAILABLE
     assert f"its scaler failed ({keda.SCALER_FAILED}: {REFUSED_BY_PROMETHEUS})" in message
     assert "an older failure" not in message
+    assert message.index(REFUSED_BY_PROMETHEUS) < message.index("dsv41 says")  # in what an Event carries of it
 
 
 def test_events_about_another_scaled_object_are_not_this_servings_cause() -> None:

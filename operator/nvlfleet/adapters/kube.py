@@ -260,7 +260,7 @@ class Api:
             },
             "type": type_,
             "reason": reason,
-            "message": message[:1024],
+            "message": event_message(message),
             "action": action,
             "source": {"component": names.COMPONENT},
             "reportingComponent": f"{names.COMPONENT}.io/operator",
@@ -344,6 +344,20 @@ class Api:
 # and the C1 controls (outside YAML's printable set), NEL and the Unicode line and paragraph separators (line
 # breaks to YAML, folded into a space inside a quoted string), the byte-order mark and the BMP's non-characters.
 _YAML_UNSAFE = re.compile("[\\x7f-\\x9f\\u2028\\u2029\\ufeff\\ufffe\\uffff]")
+
+
+# The API server refuses an Event whose message is longer than this many bytes (Go's len of the UTF-8 string).
+EVENT_MESSAGE_MAX_BYTES = 1024
+
+
+def event_message(message: str) -> str:
+    """``message`` as an Event can carry it: cut to ``EVENT_MESSAGE_MAX_BYTES`` of UTF-8, ending in "…" when cut
+    (a condition's message, quoting KEDA's and the HPA's, runs longer; the status keeps it whole)."""
+    raw = message.encode()
+    if len(raw) <= EVENT_MESSAGE_MAX_BYTES:
+        return message
+    ellipsis = "…".encode()
+    return raw[: EVENT_MESSAGE_MAX_BYTES - len(ellipsis)].decode(errors="ignore") + "…"
 
 
 def yaml_safe_json(obj: Any) -> bytes:

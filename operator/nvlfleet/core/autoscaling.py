@@ -127,13 +127,15 @@ def condition(
         told = [f"Ready={ready[0]} ({_said(ready)})"] if ready[0] != "True" else []
         told += [f"HPAActive=False ({_said(hpa)})"] if hpa is not None and hpa_failed else []
         failed = _scaler_failure(events, name) if ready[1] in keda.TRIGGER_ERRORS else None
-        told += [f"its scaler failed ({keda.SCALER_FAILED}: {failed})"] if failed else []
+        # The root cause first: an Event carries only the first 1,024 bytes of the message.
+        cause = f"its scaler failed ({keda.SCALER_FAILED}: {failed}); " if failed else ""
         return (
             "False",
             reasons.SIGNAL_UNAVAILABLE,
             problems.redacted(
-                f"KEDA cannot read the {scaling.signal.value} signal from {_server_address(observed)}: ScaledObject "
-                f"{name} says {'; '.join(told)} — the HPA holds decode where it is until the signal is read again"
+                f"KEDA cannot read the {scaling.signal.value} signal from {_server_address(observed)}: {cause}"
+                f"ScaledObject {name} says {'; '.join(told)} — the HPA holds decode where it is until the signal "
+                "is read again"
             ),
         )
     if ready[0] != "True":
