@@ -50,10 +50,10 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from nvlfleet.adapters import caches, exporter, kube, nudges, servingtelemetry
+from nvlfleet.adapters import caches, exporter, kube, nudges, passevents, servingtelemetry
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import names, ownership, reasons
-from nvlfleet.core import autoscaling, inventory, reconciler
+from nvlfleet.core import inventory, reconciler
 
 log = logging.getLogger("nvlfleet")
 
@@ -152,7 +152,7 @@ class Operator:
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
-        elif not _reads_events(snap.children) and inputs is not None:  # (Events are not watched: see _reads_events)
+        elif not passevents.needed(snap.children) and inputs is not None:  # (Events are not watched: see needed)
             settled = self._settled_inputs(key, decision, inputs)
             if settled is not None:
                 self._settled[key] = settled
@@ -280,9 +280,7 @@ class Operator:
         for kind in names.CHILD_KINDS:
             if kind.kind in served and labelable:
                 children += self._children(api, kind, namespace, name, selector)
-        events = self._statefulset_events(api, namespace) if labelable and _short_of_pods(children) else []
-        if _scaler_failing(children):
-            events += self._events(api, namespace, names.SCALED_OBJECT.kind, name)
+        events = passevents.read(api, namespace, name, children) if labelable else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
             serving=serving,
@@ -346,23 +344,6 @@ class Operator:
         self.applied.seen(body, deleted=deleted)
         if deleted:
             self._pruned.discard(_uid(body))
-
-    def _statefulset_events(self, api: kube.Api, namespace: str) -> list[dict[str, Any]]:
-        """The Events about StatefulSets in ``namespace``: where a pod the API server refuses (Pod Security, quota)
-        is said (``health``)."""
-        return self._events(api, namespace, "StatefulSet")
-
-    def _events(self, api: kube.Api, namespace: str, kind: str, name: str | None = None) -> list[dict[str, Any]]:
-        """The Events about objects of ``kind`` (named ``name``) in ``namespace``. Without the grant to list them
-        (an older chart's RBAC) the pass goes on without."""
-        fields = {"involvedObject.kind": kind, **({"involvedObject.name": name} if name else {})}
-        try:
-            return api.list_objects(names.EVENT, namespace, fields=fields)
-        except kube.ApiError as err:
-            if err.status != 403:
-                raise
-            log.debug("cannot list Events in %s, so what they say is not reported: %s", namespace, err)
-            return []
 
     def _is_served(self, api: kube.Api, kind: names.Kind) -> bool:
         """Whether an API is installed; a yes is trusted for a minute, a no for a few seconds (a thousand passes
@@ -581,33 +562,6 @@ def _newer(mine: str, than: caches.Packed | None) -> bool:
         return True
     theirs = than.resource_version
     return not (mine.isdigit() and theirs.isdigit()) or int(mine) >= int(theirs)
-
-
-def _reads_events(children: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a pass over ``children`` reads Events (``_observe``). Such a pass is never settled: Events are not
-    watched, so the re-check must read them again — whether or not this pass found any, as the one it needs can
-    be recorded a moment after the change that made the pass look."""
-    children = list(children)
-    return _short_of_pods(children) or _scaler_failing(children)
-
-
-def _scaler_failing(children: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether KEDA reports the trigger of the ScaledObject among ``children`` failing: then the Events about it say
-    why (``core.autoscaling``)."""
-    scaled = next((c for c in children if c.get("kind") == names.SCALED_OBJECT.kind), None)
-    return autoscaling.trigger_failing(scaled)
-
-
-def _short_of_pods(children: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a LeaderWorkerSet among ``children`` has fewer ready groups than it asks for: only then can a pod
-    the API server refused matter, so only then are the (unwatched) StatefulSet Events listed."""
-    for child in children:
-        if child.get("kind") != names.LEADER_WORKER_SET.kind:
-            continue
-        wanted = (child.get("spec") or {}).get("replicas", 1)
-        if (child.get("status") or {}).get("readyReplicas", 0) < wanted:
-            return True
-    return False
 
 
 def _store(indices: Mapping[str, Any], name: str) -> Iterable[Any]:
