@@ -6,6 +6,12 @@ controller's ``FailedCreate`` Event (``core.health``) —, and why KEDA's scaler
 KEDA's ``KEDAScalerFailed`` Event about the ScaledObject (``core.autoscaling``). Listing Events on every pass would
 cost a read per pass, so a pass lists them only when its children say they can matter (``needed``); and because
 they are not watched, such a pass is never settled: the re-check reads them again (``Operator.reconcile``).
+
+While a fleet rolls out, every pass of every serving is short of pods, and the namespace holds a
+``SuccessfulCreate`` Event per pod created: listing all StatefulSet Events there cost 54 ms and 56 KB per pass at
+1,000 servings. So a pass asks the API server for the refusals only (``reason`` is a field the API server selects
+Events on), which is an empty list unless something is refused, and for the successes only of the serving's own
+StatefulSets that were refused, to see whether a later success ended the refusal.
 """
 
 from __future__ import annotations
@@ -15,17 +21,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nvlfleet.adapters import kube
-from nvlfleet.api import names
-from nvlfleet.core import autoscaling
+from nvlfleet.api import names, objects
+from nvlfleet.core import autoscaling, health
 
 log = logging.getLogger(__name__)
 
 
 def read(api: kube.Api, namespace: str, serving: str, children: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The Events a pass over ``serving``'s ``children`` needs: about the namespace's StatefulSets while a
-    LeaderWorkerSet is short of ready groups, about its ScaledObject while KEDA reports the trigger failing."""
+    """The Events a pass over ``serving``'s ``children`` needs: the refused pods of the namespace's StatefulSets
+    (and the successes after them on the serving's own) while a LeaderWorkerSet is short of ready groups; about
+    its ScaledObject while KEDA reports the trigger failing."""
     children = list(children)
-    found = _listed(api, namespace, "StatefulSet") if short_of_pods(children) else []
+    found = _refusals(api, namespace, children) if short_of_pods(children) else []
     if scaler_failing(children):
         found += _listed(api, namespace, names.SCALED_OBJECT.kind, serving)
     return found
@@ -56,10 +63,35 @@ def scaler_failing(children: Iterable[Mapping[str, Any]]) -> bool:
     return autoscaling.trigger_failing(scaled)
 
 
-def _listed(api: kube.Api, namespace: str, kind: str, name: str | None = None) -> list[dict[str, Any]]:
-    """The Events about objects of ``kind`` (named ``name``) in ``namespace``. Without the grant to list them (an
-    older chart's RBAC) the pass goes on without."""
-    fields = {"involvedObject.kind": kind, **({"involvedObject.name": name} if name else {})}
+def _refusals(api: kube.Api, namespace: str, children: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The pod-creation refusals on StatefulSets in ``namespace``, and the successes that may have ended those on
+    the StatefulSets of the LeaderWorkerSets among ``children`` (leaders in ``<lws>``, workers in ``<lws>-<i>``)."""
+    refused = _listed(api, namespace, "StatefulSet", reason=health.REFUSED)
+    owners = [
+        str(objects.as_mapping(c.get("metadata")).get("name"))
+        for c in children
+        if c.get("kind") == names.LEADER_WORKER_SET.kind
+    ]
+    ours = sorted(
+        {
+            name
+            for name in (objects.as_mapping(e.get("involvedObject")).get("name") for e in refused)
+            if isinstance(name, str) and any(name == lws or name.startswith(f"{lws}-") for lws in owners)
+        }
+    )
+    return refused + [e for name in ours for e in _listed(api, namespace, "StatefulSet", name, health.CREATED)]
+
+
+def _listed(
+    api: kube.Api, namespace: str, kind: str, name: str | None = None, reason: str | None = None
+) -> list[dict[str, Any]]:
+    """The Events about objects of ``kind`` (named ``name``, with ``reason``) in ``namespace``. Without the grant
+    to list them (an older chart's RBAC) the pass goes on without."""
+    fields = {
+        "involvedObject.kind": kind,
+        **({"involvedObject.name": name} if name else {}),
+        **({"reason": reason} if reason else {}),
+    }
     try:
         return api.list_objects(names.EVENT, namespace, fields=fields)
     except kube.ApiError as err:

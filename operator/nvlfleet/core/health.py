@@ -19,10 +19,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from nvlfleet.api import models, names, objects, problems
 from nvlfleet.core import inventory, leaderworkersets, planner
+
+# The StatefulSet controller's Event reasons on creating a pod: a refusal, and a success that ends one.
+REFUSED: Final = "FailedCreate"
+CREATED: Final = "SuccessfulCreate"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +126,12 @@ def refusals(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[str, s
         reason, name, message = event.get("reason"), involved.get("name"), event.get("message")
         if involved.get("kind") != "StatefulSet" or involved.get("namespace", namespace) != namespace:
             continue
-        if reason not in ("FailedCreate", "SuccessfulCreate") or not isinstance(name, str):
+        if reason not in (REFUSED, CREATED) or not isinstance(name, str):
             continue
         when = objects.event_time(event)
         if when is not None and (name not in latest or when >= latest[name][0]):
             latest[name] = (when, str(reason), message if isinstance(message, str) else "no message given")
-    return {name: message for name, (_, reason, message) in latest.items() if reason == "FailedCreate"}
+    return {name: message for name, (_, reason, message) in latest.items() if reason == REFUSED}
 
 
 def _rolling(lws: Mapping[str, Any]) -> bool:
