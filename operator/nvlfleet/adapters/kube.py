@@ -1,9 +1,10 @@
 """The one adapter that talks to the Kubernetes API server.
 
 Data flow: … → render → **apply → prune → status** (and the reads that feed inventory and the reconciler).
-Everything here is a thin, synchronous call on the official ``kubernetes`` client's connection (auth, TLS and
-kubeconfig handling come from it); ``nvlfleet.adapters.operator`` runs these calls in a worker thread so kopf's
-event loop never blocks. No decisions are taken here: ``nvlfleet.core.reconciler`` decides, this module carries it out.
+Everything here is a thin, synchronous call over a urllib3 pool, with the credentials ``nvlfleet.adapters.connection``
+reads (a kubeconfig or the in-cluster ServiceAccount); ``nvlfleet.adapters.operator`` runs these calls in a worker
+thread so kopf's event loop never blocks.
+No decisions are taken here: ``nvlfleet.core.reconciler`` decides, this module carries it out.
 
 Rules this module enforces, whoever calls it:
 
@@ -27,16 +28,19 @@ import json
 import logging
 import os
 import re
+import threading
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import kubernetes
 import urllib3
 
-from nvlfleet.adapters import decoding
+from nvlfleet.adapters import connection, decoding
 from nvlfleet.api import names, ownership
 
 logger = logging.getLogger(__name__)
+
+USER_AGENT = "nvlfleet"  # what the API server's audit log and metrics name nvlfleet's own calls by
 
 # Every type nvlfleet reads or writes, by (apiVersion, kind): what an object's REST path is built from.
 _BY_KIND = {
@@ -74,24 +78,30 @@ class ApiError(Exception):
         return 400 <= self.status < 500 and self.status not in (404, 409, 429)
 
 
-def connect(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
-    """An API client from ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), else the in-cluster account."""
-    configuration = kubernetes.client.Configuration()
-    try:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except kubernetes.config.ConfigException:
-        if kubeconfig:
-            raise
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return kubernetes.client.ApiClient(configuration)
+def connect(kubeconfig: str | None = None) -> connection.Connection:
+    """The connection ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config) describes, else the in-cluster account's."""
+    return connection.connect(kubeconfig)
 
 
 class Api:
     """Synchronous REST calls on one connection; thread-safe (urllib3's pool is)."""
 
-    def __init__(self, client: kubernetes.client.ApiClient, timeout: float = 30.0) -> None:
-        self.client = client
+    def __init__(self, conn: connection.Connection, timeout: float = 30.0, pool_size: int = 16) -> None:
+        self.connection = conn
         self.timeout = timeout
+        self._pool_size = pool_size
+        self._pools: dict[tuple[Any, ...], urllib3.PoolManager] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, credentials: connection.Credentials) -> urllib3.PoolManager:
+        """One pool per TLS setting: an exec plugin's new client certificate needs a new one."""
+        with self._lock:
+            pool = self._pools.get(credentials.tls)
+            if pool is None:
+                for old in self._pools.values():
+                    old.clear()
+                self._pools = {credentials.tls: (pool := self.connection.pool(credentials, self._pool_size))}
+            return pool
 
     # -- the one request primitive --------------------------------------------------------------------------
 
@@ -104,32 +114,36 @@ class Api:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        serialized = self.client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        http_method, url, header_params, request_body, post_params = serialized
         try:
-            response = self.client.call_api(
-                http_method,
+            credentials = self.connection.credentials()
+        except connection.CredentialsError as err:  # a token file gone, an exec plugin failing: retried as a 503
+            raise ApiError(503, "Unavailable", f"no credentials for the API server: {err}") from err
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if credentials.token:
+            headers["Authorization"] = f"Bearer {credentials.token}"
+        payload: bytes | None = None
+        if body is not None:
+            payload = body if isinstance(body, bytes) else json.dumps(body, default=_jsonable).encode("utf-8")
+            headers["Content-Type"] = content_type or "application/json"
+        params = list(query)
+        url = credentials.server.rstrip("/") + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        try:
+            response = self._pool(credentials).request(
+                method,
                 url,
-                header_params=header_params,
-                body=request_body,
-                post_params=post_params,
-                _request_timeout=self.timeout,
+                body=payload,
+                headers=headers,
+                timeout=urllib3.Timeout(total=self.timeout),
+                retries=False,
+                preload_content=True,
             )
-            raw: bytes = response.read()  # type: ignore[no-untyped-call]
-        except (urllib3.exceptions.HTTPError, OSError, kubernetes.client.exceptions.ApiException) as err:
+        except (urllib3.exceptions.HTTPError, OSError) as err:
             # Refused, reset or timed out (an API server restarting): an answer like a 503, so every caller retries
             # it on its own schedule instead of failing the pass with a traceback.
             raise ApiError(503, "Unavailable", f"the API server could not be reached: {err}") from err
+        raw: bytes = response.data
+        if response.status == 401:
+            self.connection.expire()  # a rotated token: the next call reads it again
         if not 200 <= response.status < 300:
             raise _api_error(response.status, response.reason or "", raw)
         return decoding.loads(raw) if raw else None
@@ -369,6 +383,13 @@ def yaml_safe_json(obj: Any) -> bytes:
     UTF-8 text with only those characters escaped means the same in both languages."""
     text = json.dumps(obj, ensure_ascii=False)
     return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
+def _jsonable(value: object) -> str:
+    """A time in a request body as the API server reads it (RFC 3339)."""
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def describe(obj: Mapping[str, Any]) -> str:

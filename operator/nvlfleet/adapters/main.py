@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import kopf
 
-from nvlfleet.adapters import caches, decoding, exporter, kube, nudges, prepopulation, webhook
+from nvlfleet.adapters import caches, connection, decoding, exporter, kube, nudges, prepopulation, webhook
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
 from nvlfleet.api import names, problems
@@ -192,19 +192,26 @@ def _serve_admission(settings: kopf.OperatorSettings, config: Config) -> None:
 def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     """kopf and nvlfleet.adapters.kube connect with the same credentials: the operator's kubeconfig,
     ~/.kube/config, or the in-cluster ServiceAccount (kopf logs in after the start-up handlers, so the operator
-    is in ``memo`` by now)."""
-    config = kube.connect(_operator(memo).config.kubeconfig).configuration
-    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
-    scheme, _space, token = (header or "").rpartition(" ")
+    is in ``memo`` by now). kopf logs in again when the API server refuses its token, or when an exec plugin's
+    credential expires: the credentials are read again then (a rotated token file, a new exec credential). The
+    connection is the operator's own, which owns the private files its inline PEM data is in."""
+    conn = _operator(memo).api_connection()
+    conn.expire()
+    try:
+        creds = conn.credentials()
+    except connection.CredentialsError as err:
+        raise kopf.LoginError(str(err)) from err
     return kopf.ConnectionInfo(
-        server=config.host,
-        ca_path=config.ssl_ca_cert,
-        insecure=not config.verify_ssl,
-        scheme=scheme or None,
-        token=token or None,
-        certificate_path=config.cert_file,
-        private_key_path=config.key_file,
+        server=creds.server,
+        ca_path=creds.ca_file,
+        insecure=creds.insecure,
+        scheme="Bearer" if creds.token else None,
+        token=creds.token,
+        certificate_path=creds.cert_file,
+        private_key_path=creds.key_file,
+        proxy_url=creds.proxy_url,
         trust_env=settings.networking.trust_env,
+        expiration=creds.expiration,
     )
 
 

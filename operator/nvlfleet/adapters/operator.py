@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from nvlfleet.adapters import caches, exporter, kube, nudges, passevents, servingtelemetry
+from nvlfleet.adapters import caches, connection, exporter, kube, nudges, passevents, servingtelemetry
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import names, ownership, reasons
 from nvlfleet.core import inventory, reconciler
@@ -471,6 +471,10 @@ class Operator:
         if self.api is None:
             self.api = kube.Api(kube.connect(self.config.kubeconfig))
         return self.api
+
+    def api_connection(self) -> connection.Connection:
+        """The credentials the operator's calls use, which kopf's watches log in with too."""
+        return self._api().connection
 
     # -- routing watch events to servings -------------------------------------------------------------------
 
