@@ -144,7 +144,9 @@ def test_an_exec_plugin_that_fails_says_what_it_printed(tmp_path: pathlib.Path) 
 
 def test_an_exec_credential_without_token_or_certificate_is_refused(tmp_path: pathlib.Path) -> None:
     with pytest.raises(connection.CredentialsError, match="neither a token nor a client certificate"):
-        connection.exec_credentials(connection.Credentials(server="s"), json.dumps({"status": {}}).encode(), None)  # type: ignore[arg-type]
+        connection.exec_credentials(
+            connection.Credentials(server="s"), json.dumps({"status": {}}).encode(), connection.PemFiles()
+        )
 
 
 def service_account(tmp_path: pathlib.Path, token: str) -> pathlib.Path:

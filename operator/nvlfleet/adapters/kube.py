@@ -90,18 +90,18 @@ class Api:
         self.connection = conn
         self.timeout = timeout
         self._pool_size = pool_size
-        self._pools: dict[tuple[Any, ...], urllib3.PoolManager] = {}
+        self._pooled: tuple[tuple[Any, ...], urllib3.PoolManager] | None = None  # (TLS settings, their pool)
         self._lock = threading.Lock()
 
     def _pool(self, credentials: connection.Credentials) -> urllib3.PoolManager:
-        """One pool per TLS setting: an exec plugin's new client certificate needs a new one."""
+        """The pool for the TLS settings of ``credentials``, built again when they change (an exec plugin's new
+        client certificate)."""
         with self._lock:
-            pool = self._pools.get(credentials.tls)
-            if pool is None:
-                for old in self._pools.values():
-                    old.clear()
-                self._pools = {credentials.tls: (pool := self.connection.pool(credentials, self._pool_size))}
-            return pool
+            if self._pooled is None or self._pooled[0] != credentials.tls:
+                if self._pooled is not None:
+                    self._pooled[1].clear()
+                self._pooled = (credentials.tls, self.connection.pool(credentials, self._pool_size))
+            return self._pooled[1]
 
     # -- the one request primitive --------------------------------------------------------------------------
 

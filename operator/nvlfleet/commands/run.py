@@ -70,7 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reconcile DeepSeekServings in this namespace only (repeatable)",
     )
     scope.add_argument("--all-namespaces", action="store_true", help="reconcile every namespace (the default)")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    parser.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster); users with a token, tokenFile, "
+        "client certificate or exec plugin (auth-provider and basic auth are refused)",
+    )
     parser.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and health endpoints")  # noqa: S104
     parser.add_argument("--metrics-port", type=port, default=9090, help="Prometheus /metrics port (0: none)")
     parser.add_argument(
