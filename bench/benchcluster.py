@@ -18,11 +18,11 @@ import concurrent.futures
 import contextlib
 import os
 import pathlib
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import runtimevenv
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -246,8 +246,10 @@ class BenchCluster:
     def operator_command(
         self, kubeconfig: pathlib.Path, namespaces: list[str], recheck_seconds: float, metrics_port: int = 0
     ) -> list[str]:
+        """``nvlfleet run`` as its image runs it (``runtimevenv``: the locked runtime dependencies only), acting as
+        ``kubeconfig``'s identity on ``namespaces``."""
         return [
-            sys.executable,
+            str(runtimevenv.python(self.say)),
             "-m",
             "nvlfleet.cli",
             "run",

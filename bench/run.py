@@ -546,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.close(args.keep_cluster)
     if bench.cluster is not None:
         facts["kubernetes (local control plane)"] = bench.cluster.server_version
+    facts["operator interpreter"] = "requirements/runtime.lock only, as in the image (bench/runtimevenv.py)"
     facts["load average at end (1 min)"] = f"{machine.load_average():.2f}"
     facts["duration"] = f"{(time.monotonic() - started) / 60:.1f} min"
     # By figure; within figure 3 the scheduler's rows (the headline) come before the model's.
