@@ -126,10 +126,9 @@ def test_an_exec_plugin_token_is_asked_for_again_when_it_expires(tmp_path: pathl
     conn = connection.connect(
         kubeconfig(tmp_path, {"exec": plugin(tmp_path, {"token": "t1", "expirationTimestamp": "2026-12-03T12:10:00Z"})})
     )
+    conn._clock = lambda: T0  # before expiry (less the margin): the plugin is not run again
     creds = conn.credentials()
     assert (creds.token, creds.expiration) == ("t1", T0 + datetime.timedelta(minutes=10))
-    conn._clock = lambda: T0  # before expiry (less the margin): the plugin is not run again
-    conn.credentials()
     assert (tmp_path / "runs").read_text() == "1"
     conn._clock = lambda: T0 + datetime.timedelta(minutes=10)
     conn.credentials()
