@@ -773,3 +773,66 @@ def test_property_an_inventory_planned_on_before_plans_as_a_fresh_one(s: Scenari
     current = current_placements(s)  # plans on s.inv first, filling what it keeps
     fresh = inventory.Inventory(s.inv.nodes, s.inv.domain_label)
     assert planner.plan(s.inv, s.after, current) == planner.plan(fresh, s.after, current)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Other servings' placements summed once (``planner.held``): a pass plans one serving against the fleet's sums
+
+
+def planned_against_sums(
+    inv: inventory.Inventory, wanted: Sequence[planner.Demand], current: Sequence[planner.Placement]
+) -> planner.Plan:
+    """``wanted``'s plan with the placements of servings not in it summed for the whole fleet, then their own
+    taken out again, as a pass does (``reconciler.FleetView.summed``)."""
+    planned = {d.serving for d in wanted}
+    own = [p for p in current if p.serving in planned]
+    return planner.plan(inv, wanted, own, planner.held(inv, current).without(own))
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_property_a_serving_planned_against_the_others_sums_plans_as_against_their_placements(s: Scenario) -> None:
+    current = current_placements(s)
+    for key in sorted({d.serving for d in s.after}):
+        wanted = [d for d in s.after if d.serving == key]
+        assert planned_against_sums(s.inv, wanted, current) == planner.plan(s.inv, wanted, current)
+
+
+@pytest.mark.parametrize(
+    ("pods", "other"),
+    [
+        pytest.param([], placed("other", npg=3, racks={0: 1}), id="placed, no pod bound yet"),
+        pytest.param(
+            [ours(f"o{i}", f"rack-0-{i:02d}", serving_name="other") for i in range(3)],
+            placed("other", npg=3, racks={0: 1}),
+            id="every pod bound",
+        ),
+        pytest.param(
+            [ours(f"o{i}", f"rack-0-{i:02d}", serving_name="other", group=i // 2) for i in range(4)],
+            placed("other", npg=2, racks={0: 1}),
+            id="pods beyond its groups, released",
+        ),
+        pytest.param(
+            [ours("o0", "rack-0-00", serving_name="other")],
+            placed("other", npg=2, racks={0: 1, 1: 1}),
+            id="one of two domains partly bound",
+        ),
+        pytest.param([], placed("other", npg=2, racks={5: 1}), id="in a domain the inventory no longer has"),
+    ],
+)
+def test_a_held_placement_counts_the_same_summed_as_given(pods: list[dict], other: planner.Placement) -> None:
+    inv = fleet(4, 4, pods=pods)
+    wanted = [demand("a", npg=2, groups=2)]
+    assert planned_against_sums(inv, wanted, [other]) == planner.plan(inv, wanted, [other])
+
+
+def test_sums_taken_out_must_have_been_summed() -> None:
+    inv = fleet(4)
+    with pytest.raises(ValueError, match="not among the held placements"):
+        planner.held(inv, [placed("b", racks={0: 1})]).without([placed("a", racks={0: 1})])
+
+
+def test_sums_plan_only_on_the_inventory_they_were_summed_on() -> None:
+    sums = planner.held(fleet(4), [placed("b", racks={0: 1})])
+    with pytest.raises(ValueError, match="another inventory"):
+        planner.plan(fleet(4), [demand("a")], (), sums)

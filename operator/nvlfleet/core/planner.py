@@ -57,11 +57,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 from nvlfleet.core import capacity, inventory, pairing, shortfall
 
 Strategy = Literal["pack", "spread"]
+_K = TypeVar("_K")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,16 +163,26 @@ class Plan:
         return {r.role: dict(r.placed) for r in self.roles if r.serving == serving}
 
 
-def plan(inv: inventory.Inventory, demands: Sequence[Demand], placements: Iterable[Placement] = ()) -> Plan:
+def plan(
+    inv: inventory.Inventory,
+    demands: Sequence[Demand],
+    placements: Iterable[Placement] = (),
+    others: Held | None = None,
+) -> Plan:
     """Place every demand's groups; see the module docstring for the rules.
 
     ``placements`` are the current placements of the demanded roles and of any other serving sharing the
-    fleet. Raises ValueError when a role is demanded or placed twice.
+    fleet; ``others`` (``held``) may stand for those of servings with no demand here, summed once for many plans
+    on the same inventory: the plan is the same as with them among ``placements``. Raises ValueError when a role
+    is demanded or placed twice.
     """
+    placements = list(placements)
     _check_unique([d.owner for d in demands], "demanded")
     current = {p.owner: p for p in placements}
     _check_unique([p.owner for p in placements], "placed")
     book = _Book(inv)
+    if others is not None:
+        book.hold(others)
     ordered = sorted(demands, key=lambda d: (d.serving, -d.nodes_per_group, d.role))
     for d in ordered:
         existing = current.pop(d.owner, None)
@@ -232,6 +243,74 @@ def _steps(ordered: Sequence[Demand]) -> list[Demand | _Pair]:
 # The bookkeeping behind plan()
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What the placements of servings not being planned add to each domain, summed (``held``): a held
+    placement's groups only ever count as nodes still needed (those its pods do not hold yet) and as nodes
+    released (held by pods beyond its groups), and their sums are all a plan reads of them. A pass of one
+    serving on a fleet of a thousand plans against the other 999; summed once per fleet view, each plan costs
+    what its own serving holds, not what the fleet holds (``without`` takes that serving's own out)."""
+
+    inv: inventory.Inventory
+    need: Mapping[str, int]  # per domain key: nodes the placements' groups still need from the free ones
+    released: Mapping[str, int]  # per domain key: nodes their pods hold beyond their groups
+    placed: Mapping[str, int]  # per domain key: how many of the placements have groups there
+    scopes: Mapping[inventory.Scope, int]  # how many placements are in each scope
+    owners: frozenset[inventory.RoleKey]
+
+    def without(self, placements: Iterable[Placement]) -> Held:
+        """These sums less ``placements``' (which must be among those summed)."""
+        mine = held(self.inv, placements)
+        if not mine.owners <= self.owners:
+            raise ValueError(f"{sorted(map(str, mine.owners - self.owners))} are not among the held placements")
+        return Held(
+            self.inv,
+            _less(self.need, mine.need),
+            _less(self.released, mine.released),
+            _less(self.placed, mine.placed),
+            _less(self.scopes, mine.scopes),
+            self.owners - mine.owners,
+        )
+
+
+def held(inv: inventory.Inventory, placements: Iterable[Placement]) -> Held:
+    """The sums ``plan(..., others=)`` reads of ``placements``, as ``_Book.open`` counts a held placement.
+    Raises ValueError when a role is placed twice."""
+    placements = list(placements)
+    _check_unique([p.owner for p in placements], "placed")
+    all_scopes: tuple[inventory.Scope, ...] = ("clique", "node")
+    members = {scope: frozenset(d.key for d in inv.domains(scope)) for scope in all_scopes}
+    tallies = {scope: inv.tally(scope).held for scope in members}
+    need: dict[str, int] = {}
+    released: dict[str, int] = {}
+    placed: dict[str, int] = {}
+    scopes: dict[inventory.Scope, int] = {}
+    for p in placements:
+        scope = _scope_of(p.groups, members)
+        scopes[scope] = scopes.get(scope, 0) + 1
+        bound = tallies[scope].get(p.owner, {})
+        for domain in {*bound, *p.groups}:
+            nodes, pods = p.nodes_per_group * p.groups.get(domain, 0), bound.get(domain, 0)
+            if nodes > pods:
+                need[domain] = need.get(domain, 0) + nodes - pods
+            elif pods > nodes:
+                released[domain] = released.get(domain, 0) + pods - nodes
+            if p.groups.get(domain, 0):
+                placed[domain] = placed.get(domain, 0) + 1
+    return Held(inv, need, released, placed, scopes, frozenset(p.owner for p in placements))
+
+
+def _less(a: Mapping[_K, int], b: Mapping[_K, int]) -> dict[_K, int]:
+    out = dict(a)
+    for key, value in b.items():
+        left = out.get(key, 0) - value
+        if left:
+            out[key] = left
+        else:
+            out.pop(key, None)
+    return out
+
+
 def _check_unique(owners: Sequence[inventory.RoleKey], what: str) -> None:
     seen: set[inventory.RoleKey] = set()
     for owner in owners:
@@ -254,7 +333,7 @@ class _Book:
         self.inv = inv
         self.slots: dict[str, capacity.Slot] = {}
         self.scope_keys: dict[inventory.Scope, list[str]] = {}
-        self.scopes_used: set[inventory.Scope] = {"clique"}
+        self.all_scopesused: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
         self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
         # Slots whose need or limit changed, in order: what the fit indexes replay before they answer.
@@ -262,6 +341,7 @@ class _Book:
         self.fits: dict[int, capacity.Fits] = {}  # per requirement class, built when a best fit first asks
         self.summaries: dict[int, str] = {}  # per requirement class: where its nodes went, once planned
         self.serving_groups: dict[inventory.ServingKey, dict[str, int]] = {}
+        self.held_domains: set[str] = set()  # where the placements summed in ``hold`` have groups
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, Mapping[inventory.RoleKey, Mapping[str, int]]] = {}
         scopes: tuple[inventory.Scope, ...] = ("clique", "node")
@@ -297,6 +377,23 @@ class _Book:
             slot = self.slots[key] = capacity.Slot(key, self.inv.domain_label)
         return slot
 
+    def hold(self, others: Held) -> None:
+        """Count ``others``' placements as ``open`` counts each held placement (needs of no requirement class,
+        released nodes), from their sums."""
+        if others.inv is not self.inv:
+            raise ValueError("the held placements were summed on another inventory")
+        self.all_scopesused.update(scope for scope, count in others.scopes.items() if count)
+        for domain in sorted({*others.need, *others.released, *others.placed}):
+            slot = self.slot(domain)
+            need = others.need.get(domain, 0)
+            if need:
+                slot.needs[capacity.UNKNOWN] = slot.needs.get(capacity.UNKNOWN, 0) + need
+                slot.need += need
+                slot.update_limit()
+                self.changed.append(slot)
+            slot.released += others.released.get(domain, 0)
+        self.held_domains.update(d for d, count in others.placed.items() if count)
+
     def open(
         self,
         key: inventory.RoleKey,
@@ -305,7 +402,7 @@ class _Book:
         existing: Mapping[str, int],
     ) -> None:
         scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_members)
-        self.scopes_used.add(scope)
+        self.all_scopesused.add(scope)
         cls = capacity.UNKNOWN if req is None else self.intern(req)
         bound = self.bound[scope].get(key, {})
         owner = self.owners[key] = _Owner(key, nodes_per_group, cls, {}, bound)
@@ -568,8 +665,9 @@ class _Book:
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(
-            {k for scope in self.scopes_used for k in self.scope_keys.get(scope, ())}
+            {k for scope in self.all_scopesused for k in self.scope_keys.get(scope, ())}
             | {k for owner in self.owners.values() for k in owner.groups}
+            | self.held_domains
         )
         out = []
         for key in keys:
