@@ -244,6 +244,44 @@ def test_after_a_restart_a_serving_whose_first_pass_wrote_nothing_is_settled() -
     assert not rechecked(after)
 
 
+async def waiting_behind_a_running_pass(op: operator.Operator) -> tuple[asyncio.Lock, asyncio.Task[Any]]:
+    """A pass of ``KEY`` that waits to start: another one holds the serving's lock."""
+    lock = op._serving_lock(KEY)
+    await lock.acquire()
+    waiting = asyncio.create_task(op.reconcile(KEY))
+    await asyncio.sleep(0)
+    return lock, waiting
+
+
+def test_a_pass_asked_for_while_another_of_the_serving_waits_to_start_is_that_pass() -> None:
+    op, api = operator_with_watch()
+
+    async def go() -> tuple[bool, Any, Any]:
+        lock, waiting = await waiting_behind_a_running_pass(op)
+        asked = asyncio.create_task(op.reconcile(KEY))
+        await asyncio.sleep(0)
+        answered_at_once = asked.done()
+        lock.release()
+        return answered_at_once, await waiting, await asked
+
+    answered_at_once, waited, asked = asyncio.run(go())
+    assert answered_at_once and asked is None and waited is not None
+    assert api.calls.count("patch_status") == 1
+
+
+def test_the_recheck_leaves_a_serving_whose_pass_waits_to_start_alone() -> None:
+    op, _ = operator_with_watch()  # never passed: nothing settled (at start-up, a thousand wait for a slot)
+
+    async def go() -> bool:
+        lock, waiting = await waiting_behind_a_running_pass(op)
+        await op.recheck_all()
+        lock.release()
+        await waiting
+        return bool(op.nudges._due)
+
+    assert not asyncio.run(go())
+
+
 def lws_event(op: operator.Operator, event_type: str | None) -> bool:
     """Whether a LeaderWorkerSet watch event of ``event_type`` nudged its serving."""
     body = {

@@ -89,6 +89,11 @@ class Operator:
         # What the last pass that changed nothing read, per serving: the re-check skips it while that still holds.
         self._settled: dict[inventory.ServingKey, tuple[Any, ...]] = {}
         self.diff_bases = caches.DiffBases()
+        # Servings with a pass in this process: waiting for their lock or a free slot (``_queued``), or running.
+        # A pass asked for while another waits to start is that one (it reads everything once it starts), and the
+        # re-check leaves them alone: at start-up, a thousand handlers wait for the slots a minute or more.
+        self._queued: dict[inventory.ServingKey, object] = {}  # the waiting pass's own token
+        self._in_flight: dict[inventory.ServingKey, int] = {}
         # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
         self._versions = itertools.count(1)
         self._version = 0
@@ -127,8 +132,29 @@ class Operator:
         written after the lock is released."""
         if not self.may_write():
             return None  # a standby (or a leader past its renew deadline) would write nothing: no pass at all
+        if key in self._queued:
+            return None  # a pass of this serving has not started yet: it reads what this one would
+        token = self._queued[key] = object()
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            return await self._pass(key, token)
+        finally:
+            self._started(key, token)
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
+
+    def _started(self, key: inventory.ServingKey, token: object) -> None:
+        """The pass holding ``token`` no longer waits (it started, or failed before it could)."""
+        if self._queued.get(key) is token:
+            del self._queued[key]
+
+    async def _pass(self, key: inventory.ServingKey, token: object) -> reconciler.Decision | None:
         api = self._api()
         async with self._serving_lock(key), self.passes:
+            self._started(key, token)  # from here on, what changes asks for another pass
             with self.metrics.reconciling(key.namespace, key.name):
                 packed = self._seen.get(key)
                 serving = packed.unpack() if packed is not None else None
@@ -518,6 +544,8 @@ class Operator:
         is retried by the nudger. A serving whose inputs hold costs no API call: its children's drift would have
         reached the watch, and nudged it."""
         for key in self.servings():
+            if key in self._in_flight:
+                continue  # its pass reads the inputs as they are when it starts; what changes after nudges it
             settled = self._settled.get(key)
             serving = self._seen.get(key)
             now = None if serving is None else self.inputs(key, serving.resource_version)
