@@ -46,7 +46,9 @@ O(log domains + groups + domains the serving holds) per demand under ``spread``,
 index of domains by the free nodes it can claim (``capacity.Fits``); a P/D serving counts as two or three
 demands (its unit sizes). What needs every node (domains, their counts, free nodes per requirement) is computed
 once per inventory and kept on it (``inventory.Inventory``): of the plans on one fleet view only the first pays
-it. ``cd bench && ../.venv/bin/python -c "import placement; print(placement.time_plan(1000, 500, 10))"`` times
+it. Held placements of servings not being planned cost one step each, unless they come summed (``held``, once
+per fleet view): then a pass of one serving costs what that serving holds.
+``cd bench && ../.venv/bin/python -c "import placement; print(placement.time_plan(1000, 500, 10))"`` times
 10,000 groups on 1,000 racks (72,000 GPUs) as the row of ``bench/run.py --only 3`` does (``time_plan(100, 50,
 30)``: 1,000 groups on 100 racks); run it for your own machine's figure, it varies by a factor of several with
 the machine's load.
