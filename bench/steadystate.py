@@ -37,6 +37,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -78,6 +79,8 @@ class Result:
     restart_reads: float | None = None
     new_servings: int = 0
     writes_per_new_serving: float | None = None  # None: the new servings were not all Ready within the cap
+    load_idle: float | None = None  # 1-minute load average as the idle window closed
+    load_restart: float | None = None  # … as the restarted operator had confirmed every serving
 
     @property
     def rss_growth_mib_per_100(self) -> float | None:
@@ -178,6 +181,7 @@ def measure(
         meter = proc.Meter(operator.pid).start()
         time.sleep(window)
         usage = meter.stop()
+        load_idle = os.getloadavg()[0]
         closed = cluster.requests()
         passes = _passes(port) - passes
         rss = proc.rss_mib(operator.pid)
@@ -187,6 +191,7 @@ def measure(
         watcher.stop()
         operator.stop()
     restart, restart_writes, restart_reads = _restart(cluster, command, count, port, log_dir, namespace, startup_cap)
+    load_restart = os.getloadavg()[0]
     new = _new_servings(cluster, command, namespace, count, log_dir, startup_cap)
     minutes = usage.wall_seconds / 60
     return Result(
@@ -206,6 +211,8 @@ def measure(
         restart_reads=restart_reads,
         new_servings=NEW_SERVINGS,
         writes_per_new_serving=new,
+        load_idle=load_idle,
+        load_restart=load_restart,
     )
 
 
