@@ -335,7 +335,7 @@ class _Book:
         self.inv = inv
         self.slots: dict[str, capacity.Slot] = {}
         self.scope_keys: dict[inventory.Scope, list[str]] = {}
-        self.all_scopesused: set[inventory.Scope] = {"clique"}
+        self.scopes_used: set[inventory.Scope] = {"clique"}
         self.owners: dict[inventory.RoleKey, _Owner] = {}
         self.notes: dict[inventory.RoleKey, list[str]] = {}  # why groups placed in units wait (``pairing``)
         # Slots whose need or limit changed, in order: what the fit indexes replay before they answer.
@@ -384,7 +384,7 @@ class _Book:
         released nodes), from their sums."""
         if others.inv is not self.inv:
             raise ValueError("the held placements were summed on another inventory")
-        self.all_scopesused.update(scope for scope, count in others.scopes.items() if count)
+        self.scopes_used.update(scope for scope, count in others.scopes.items() if count)
         for domain in sorted({*others.need, *others.released, *others.placed}):
             slot = self.slot(domain)
             need = others.need.get(domain, 0)
@@ -404,7 +404,7 @@ class _Book:
         existing: Mapping[str, int],
     ) -> None:
         scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_members)
-        self.all_scopesused.add(scope)
+        self.scopes_used.add(scope)
         cls = capacity.UNKNOWN if req is None else self.intern(req)
         bound = self.bound[scope].get(key, {})
         owner = self.owners[key] = _Owner(key, nodes_per_group, cls, {}, bound)
@@ -667,7 +667,7 @@ class _Book:
 
     def usage(self) -> tuple[DomainUsage, ...]:
         keys = sorted(
-            {k for scope in self.all_scopesused for k in self.scope_keys.get(scope, ())}
+            {k for scope in self.scopes_used for k in self.scope_keys.get(scope, ())}
             | {k for owner in self.owners.values() for k in owner.groups}
             | self.held_domains
         )
