@@ -14,7 +14,7 @@ import time
 import baselines
 
 from nvlfleet.api import names
-from nvlfleet.core import inventory, planner
+from nvlfleet.core import inventory, placements, planner
 
 RACKS, TRAYS, GPUS = 100, 18, 4
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=GPUS)
@@ -49,7 +49,7 @@ def workload(servings: int = 50, strategy: planner.Strategy = "pack") -> list[pl
 
 
 def timed(
-    label: str, inv: inventory.Inventory, demands: list[planner.Demand], current: list[planner.Placement]
+    label: str, inv: inventory.Inventory, demands: list[planner.Demand], current: list[placements.Placement]
 ) -> planner.Plan:
     runs = []
     result = planner.plan(inv, demands, current)
@@ -70,7 +70,7 @@ def main() -> int:
     print(f"fleet: {RACKS} racks x {TRAYS} nodes x {GPUS} GPUs = {RACKS * TRAYS * GPUS} GPUs")
     pack = timed("fresh plan, pack", inv, workload(), [])
     timed("fresh plan, spread", inv, workload(strategy="spread"), [])
-    current = [planner.Placement(r.serving, r.role, r.nodes_per_group, r.placed) for r in pack.roles]
+    current = [placements.Placement(r.serving, r.role, r.nodes_per_group, r.placed) for r in pack.roles]
     grown = [planner.Demand(d.serving, d.role, d.nodes_per_group, d.groups + 1, GB200) for d in workload()]
     timed("reconcile: every role +1 group, all kept", inv, grown, current)
     shrunk = [planner.Demand(d.serving, d.role, d.nodes_per_group, d.groups // 2, GB200) for d in workload()]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import capacity, demands, inventory, pairing, planner, shortfall
+from nvlfleet.core import capacity, demands, inventory, pairing, placements, planner, shortfall
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -46,8 +46,8 @@ def demand(
     return planner.Demand(serving(name), role, npg, groups, req, strategy)
 
 
-def placed(name: str, role: str = "decode", *, npg: int = 1, racks: Mapping[int, int]) -> planner.Placement:
-    return planner.Placement(serving(name), role, npg, {fb.clique(r): g for r, g in racks.items()})
+def placed(name: str, role: str = "decode", *, npg: int = 1, racks: Mapping[int, int]) -> placements.Placement:
+    return placements.Placement(serving(name), role, npg, {fb.clique(r): g for r, g in racks.items()})
 
 
 def racks(plan: planner.Plan, name: str, role: str = "decode") -> dict[int, int]:
@@ -140,7 +140,7 @@ def test_groups_that_cannot_run_where_they_are_wait_and_are_removed_first() -> N
 
 
 def test_a_domain_that_vanished_is_reported_not_silently_dropped() -> None:
-    gone = planner.Placement(serving("a"), "decode", 2, {"gone.1": 1})
+    gone = placements.Placement(serving("a"), "decode", 2, {"gone.1": 1})
     plan = planner.plan(fleet(18), [demand("a", npg=2)], [gone])
     assert plan.role(serving("a"), "decode").placed == {"gone.1": 1}
     assert plan.domains[-1] == planner.DomainUsage(
@@ -401,7 +401,7 @@ def test_demands_come_from_the_spec_topology_and_pod_overrides() -> None:
 def test_current_placement_comes_from_status() -> None:
     obj = serving_object()
     obj.status = servingstatus.DeepSeekServingStatus(placement={"decode": {"x.1": 2, "y.2": 0}, "gone": {"z.3": 1}})
-    assert demands.current(obj) == [planner.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
+    assert demands.current(obj) == [placements.Placement(serving("flash", "llm"), "decode", 2, {"x.1": 2})]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -414,7 +414,7 @@ class Scenario:
     free: dict[str, int]  # free usable nodes per domain (no pods of servings in these fleets)
     before: list[planner.Demand]  # what was planned earlier: its result becomes the current placement
     after: list[planner.Demand]
-    held: list[planner.Placement]  # servings sharing the fleet that are not re-planned
+    held: list[placements.Placement]  # servings sharing the fleet that are not re-planned
 
 
 @st.composite
@@ -443,18 +443,18 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     held_demands = [demand(n, npg=draw(st.integers(1, 4)), groups=draw(st.integers(0, 4))) for n in held_names]
     first = planner.plan(inv, held_demands)
     held = [
-        planner.Placement(d.serving, d.role, d.nodes_per_group, first.role(d.serving, d.role).placed)
+        placements.Placement(d.serving, d.role, d.nodes_per_group, first.role(d.serving, d.role).placed)
         for d in held_demands
     ]
     return Scenario(inv, free, before, after, held)
 
 
-def current_placements(s: Scenario) -> list[planner.Placement]:
+def current_placements(s: Scenario) -> list[placements.Placement]:
     earlier = planner.plan(s.inv, s.before, s.held)
-    return [*s.held, *(planner.Placement(r.serving, r.role, r.nodes_per_group, r.placed) for r in earlier.roles)]
+    return [*s.held, *(placements.Placement(r.serving, r.role, r.nodes_per_group, r.placed) for r in earlier.roles)]
 
 
-def nodes_planned(plan: planner.Plan, held: Sequence[planner.Placement]) -> dict[str, int]:
+def nodes_planned(plan: planner.Plan, held: Sequence[placements.Placement]) -> dict[str, int]:
     out: dict[str, int] = {}
     for npg, where in [(r.nodes_per_group, r.placed) for r in plan.roles] + [
         (p.nodes_per_group, p.groups) for p in held
@@ -522,7 +522,7 @@ def paired(demands: Sequence[planner.Demand]) -> dict[inventory.ServingKey, pair
 
 
 def reference_plan(
-    free: Mapping[str, int], demands: Sequence[planner.Demand], current: Sequence[planner.Placement]
+    free: Mapping[str, int], demands: Sequence[planner.Demand], current: Sequence[placements.Placement]
 ) -> dict[inventory.RoleKey, dict[str, int]]:
     """The rules applied literally, one group (or P/D unit) at a time (slow, obviously right; one requirement,
     no pods). The arithmetic of unit sizes is ``pairing``'s, tested on its own."""
@@ -776,17 +776,17 @@ def test_property_an_inventory_planned_on_before_plans_as_a_fresh_one(s: Scenari
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Other servings' placements summed once (``planner.held``): a pass plans one serving against the fleet's sums
+# Other servings' placements summed once (``placements.held``): a pass plans one serving against the fleet's sums
 
 
 def planned_against_sums(
-    inv: inventory.Inventory, wanted: Sequence[planner.Demand], current: Sequence[planner.Placement]
+    inv: inventory.Inventory, wanted: Sequence[planner.Demand], current: Sequence[placements.Placement]
 ) -> planner.Plan:
     """``wanted``'s plan with the placements of servings not in it summed for the whole fleet, then their own
     taken out again, as a pass does (``reconciler.FleetView.summed``)."""
     planned = {d.serving for d in wanted}
     own = [p for p in current if p.serving in planned]
-    return planner.plan(inv, wanted, own, planner.held(inv, current).without(own))
+    return planner.plan(inv, wanted, own, placements.held(inv, current).without(own))
 
 
 @settings(max_examples=150, deadline=None)
@@ -820,7 +820,7 @@ def test_property_a_serving_planned_against_the_others_sums_plans_as_against_the
         pytest.param([], placed("other", npg=2, racks={5: 1}), id="in a domain the inventory no longer has"),
     ],
 )
-def test_a_held_placement_counts_the_same_summed_as_given(pods: list[dict], other: planner.Placement) -> None:
+def test_a_held_placement_counts_the_same_summed_as_given(pods: list[dict], other: placements.Placement) -> None:
     inv = fleet(4, 4, pods=pods)
     wanted = [demand("a", npg=2, groups=2)]
     assert planned_against_sums(inv, wanted, [other]) == planner.plan(inv, wanted, [other])
@@ -829,10 +829,10 @@ def test_a_held_placement_counts_the_same_summed_as_given(pods: list[dict], othe
 def test_sums_taken_out_must_have_been_summed() -> None:
     inv = fleet(4)
     with pytest.raises(ValueError, match="not among the held placements"):
-        planner.held(inv, [placed("b", racks={0: 1})]).without([placed("a", racks={0: 1})])
+        placements.held(inv, [placed("b", racks={0: 1})]).without([placed("a", racks={0: 1})])
 
 
 def test_sums_plan_only_on_the_inventory_they_were_summed_on() -> None:
-    sums = planner.held(fleet(4), [placed("b", racks={0: 1})])
+    sums = placements.held(fleet(4), [placed("b", racks={0: 1})])
     with pytest.raises(ValueError, match="another inventory"):
         planner.plan(fleet(4), [demand("a")], (), sums)

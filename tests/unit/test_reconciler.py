@@ -353,6 +353,20 @@ def test_a_fleet_view_computed_once_decides_every_servings_pass_as_the_objects_d
     assert reconciler.reconcile(dataclasses.replace(raw, view=elsewhere)) == decision  # another label's: ignored
 
 
+def test_a_fleet_view_holds_a_servings_own_groups_only_once_in_its_pass() -> None:
+    cluster = Cluster(serving(groups=2, nodes=6), two_racks())
+    assert cluster.converge().placement == {"decode": {fb.clique(0): 2}}  # 12 of rack 0's 18 nodes, pods unbound
+    cluster.serving["spec"]["roles"]["decode"]["groups"] = 3
+    cluster.serving["metadata"]["generation"] = 2
+    raw = cluster.snapshot()
+    view = reconciler.fleet_view(raw, fb.CLIQUE_LABEL)
+    assert view.held  # the view holds this serving's own groups too: its pass must take them out
+
+    decision = reconciler.reconcile(dataclasses.replace(raw, view=view))
+
+    assert decision.placement == {"decode": {fb.clique(0): 3}}  # counted twice, rack 0 would look full
+
+
 def test_only_a_pass_that_places_new_groups_or_cannot_place_some_is_a_choice_against_the_whole_fleet() -> None:
     cluster = Cluster(serving(groups=2, nodes=2), two_racks())
     assert cluster.converge().places_groups  # a new serving: its groups go where none ran

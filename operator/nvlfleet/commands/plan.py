@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import autoscaling, demands, inventory, planner, validation
+from nvlfleet.core import autoscaling, demands, inventory, placements, planner, validation
 
 _T = TypeVar("_T")
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         label = labels.pop() if labels else names.DEFAULT_DOMAIN_LABEL
         inv = _inventory(args.nodes, args.pods, label)
         wanted: list[planner.Demand] = []
-        current: list[planner.Placement] = []
+        current: list[placements.Placement] = []
         for source, serving in servings:
             try:
                 wanted += demands.of(serving)

@@ -2,13 +2,13 @@
 
 Pure core, between validation and planning (inventory + spec → validate → **plan** → render → apply): the
 operator's reconciler, ``nvlfleet plan`` and ``nvlfleet render --nodes`` turn each parsed serving into
-``planner.Demand`` and ``planner.Placement`` values here, so ``planner`` itself knows nothing of the API models.
+``planner.Demand`` and ``placements.Placement`` values here, so ``planner`` itself knows nothing of the API models.
 """
 
 from __future__ import annotations
 
 from nvlfleet.api import models
-from nvlfleet.core import inventory, planner
+from nvlfleet.core import inventory, placements, planner
 from nvlfleet.facts import hardware
 
 
@@ -42,14 +42,14 @@ def of(serving: models.DeepSeekServing) -> list[planner.Demand]:
     ]
 
 
-def current(serving: models.DeepSeekServing) -> list[planner.Placement]:
+def current(serving: models.DeepSeekServing) -> list[placements.Placement]:
     """The serving's current placement from ``status.placement``, for roles its spec still has."""
     if serving.status is None or serving.status.placement is None:
         return []
     key = inventory.ServingKey(serving.metadata.namespace, serving.metadata.name)
     placement = serving.status.placement
     return [
-        planner.Placement(
+        placements.Placement(
             serving=key,
             role=role.value,
             nodes_per_group=models.role_topology(serving.spec.gpu, role_spec).nodes_per_group,

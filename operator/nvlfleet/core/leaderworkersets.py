@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership
-from nvlfleet.core import inventory, planner
+from nvlfleet.core import inventory, placements
 
 
 def domain(lws: Mapping[str, Any], domain_label: str) -> str | None:
@@ -57,7 +57,7 @@ def groups(lws: Mapping[str, Any]) -> tuple[int, int]:
 
 def placements_of(
     key: inventory.ServingKey, serving: models.DeepSeekServing, own_sets: Iterable[Mapping[str, Any]], label: str
-) -> list[planner.Placement]:
+) -> list[placements.Placement]:
     """This serving's groups per role and domain, from its LeaderWorkerSets (roles its spec still has)."""
     roles = {role.value: spec for role, spec in serving.spec.roles_present()}
     per_role: dict[str, dict[str, int]] = {}
@@ -70,7 +70,7 @@ def placements_of(
         per = per_role.setdefault(role, {})
         per[where] = per.get(where, 0) + replicas
     return [
-        planner.Placement(
+        placements.Placement(
             serving=key,
             role=role,
             nodes_per_group=models.role_topology(serving.spec.gpu, roles[role]).nodes_per_group,
@@ -80,7 +80,9 @@ def placements_of(
     ]
 
 
-def held(fleet: Iterable[Mapping[str, Any]], label: str, live: frozenset[str] | None = None) -> list[planner.Placement]:
+def held(
+    fleet: Iterable[Mapping[str, Any]], label: str, live: frozenset[str] | None = None
+) -> list[placements.Placement]:
     """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them.
 
     Only a LeaderWorkerSet a serving owns holds capacity: nvlfleet's labels and domain annotation can be written
@@ -105,6 +107,6 @@ def held(fleet: Iterable[Mapping[str, Any]], label: str, live: frozenset[str] | 
         _, per = found.setdefault(owner, (size, {}))
         per[where] = per.get(where, 0) + replicas
     return [
-        planner.Placement(owner.serving, owner.role, npg, {d: g for d, g in sorted(per.items()) if g > 0})
+        placements.Placement(owner.serving, owner.role, npg, {d: g for d, g in sorted(per.items()) if g > 0})
         for owner, (npg, per) in sorted(found.items())
     ]

@@ -59,12 +59,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import Literal
 
 from nvlfleet.core import capacity, inventory, pairing, shortfall
+from nvlfleet.core.placements import Held, Placement, check_unique, scope_of
 
 Strategy = Literal["pack", "spread"]
-_K = TypeVar("_K")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,22 +84,6 @@ class Demand:
         object.__setattr__(self, "owner", inventory.RoleKey(self.serving, self.role))
         if self.nodes_per_group < 1 or self.groups < 0:
             raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and groups >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Groups of one serving role already assigned to domains: {domain key: groups}."""
-
-    serving: inventory.ServingKey
-    role: str
-    nodes_per_group: int
-    groups: Mapping[str, int]
-    owner: inventory.RoleKey = dataclasses.field(init=False, repr=False, compare=False)  # as ``Demand.owner``
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "owner", inventory.RoleKey(self.serving, self.role))
-        if self.nodes_per_group < 1 or any(g < 0 for g in self.groups.values()):
-            raise ValueError(f"{self.owner}: nodes_per_group must be >= 1 and group counts >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,9 +163,9 @@ def plan(
     is demanded or placed twice.
     """
     placements = list(placements)
-    _check_unique([d.owner for d in demands], "demanded")
+    check_unique([d.owner for d in demands], "demanded")
     current = {p.owner: p for p in placements}
-    _check_unique([p.owner for p in placements], "placed")
+    check_unique([p.owner for p in placements], "placed")
     book = _Book(inv)
     if others is not None:
         book.hold(others)
@@ -243,82 +227,6 @@ def _steps(ordered: Sequence[Demand]) -> list[Demand | _Pair]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The bookkeeping behind plan()
-
-
-@dataclasses.dataclass(frozen=True)
-class Held:
-    """What the placements of servings not being planned add to each domain, summed (``held``): a held
-    placement's groups only ever count as nodes still needed (those its pods do not hold yet) and as nodes
-    released (held by pods beyond its groups), and their sums are all a plan reads of them. A pass of one
-    serving on a fleet of a thousand plans against the other 999; summed once per fleet view, each plan costs
-    what its own serving holds, not what the fleet holds (``without`` takes that serving's own out)."""
-
-    inv: inventory.Inventory
-    need: Mapping[str, int]  # per domain key: nodes the placements' groups still need from the free ones
-    released: Mapping[str, int]  # per domain key: nodes their pods hold beyond their groups
-    placed: Mapping[str, int]  # per domain key: how many of the placements have groups there
-    scopes: Mapping[inventory.Scope, int]  # how many placements are in each scope
-    owners: frozenset[inventory.RoleKey]
-
-    def without(self, placements: Iterable[Placement]) -> Held:
-        """These sums less ``placements``' (which must be among those summed)."""
-        mine = held(self.inv, placements)
-        if not mine.owners <= self.owners:
-            raise ValueError(f"{sorted(map(str, mine.owners - self.owners))} are not among the held placements")
-        return Held(
-            self.inv,
-            _less(self.need, mine.need),
-            _less(self.released, mine.released),
-            _less(self.placed, mine.placed),
-            _less(self.scopes, mine.scopes),
-            self.owners - mine.owners,
-        )
-
-
-def held(inv: inventory.Inventory, placements: Iterable[Placement]) -> Held:
-    """The sums ``plan(..., others=)`` reads of ``placements``, as ``_Book.open`` counts a held placement.
-    Raises ValueError when a role is placed twice."""
-    placements = list(placements)
-    _check_unique([p.owner for p in placements], "placed")
-    all_scopes: tuple[inventory.Scope, ...] = ("clique", "node")
-    members = {scope: frozenset(d.key for d in inv.domains(scope)) for scope in all_scopes}
-    tallies = {scope: inv.tally(scope).held for scope in members}
-    need: dict[str, int] = {}
-    released: dict[str, int] = {}
-    placed: dict[str, int] = {}
-    scopes: dict[inventory.Scope, int] = {}
-    for p in placements:
-        scope = _scope_of(p.groups, members)
-        scopes[scope] = scopes.get(scope, 0) + 1
-        bound = tallies[scope].get(p.owner, {})
-        for domain in {*bound, *p.groups}:
-            nodes, pods = p.nodes_per_group * p.groups.get(domain, 0), bound.get(domain, 0)
-            if nodes > pods:
-                need[domain] = need.get(domain, 0) + nodes - pods
-            elif pods > nodes:
-                released[domain] = released.get(domain, 0) + pods - nodes
-            if p.groups.get(domain, 0):
-                placed[domain] = placed.get(domain, 0) + 1
-    return Held(inv, need, released, placed, scopes, frozenset(p.owner for p in placements))
-
-
-def _less(a: Mapping[_K, int], b: Mapping[_K, int]) -> dict[_K, int]:
-    out = dict(a)
-    for key, value in b.items():
-        left = out.get(key, 0) - value
-        if left:
-            out[key] = left
-        else:
-            out.pop(key, None)
-    return out
-
-
-def _check_unique(owners: Sequence[inventory.RoleKey], what: str) -> None:
-    seen: set[inventory.RoleKey] = set()
-    for owner in owners:
-        if owner in seen:
-            raise ValueError(f"{owner} is {what} twice")
-        seen.add(owner)
 
 
 @dataclasses.dataclass
@@ -403,7 +311,7 @@ class _Book:
         req: inventory.NodeRequirements | None,
         existing: Mapping[str, int],
     ) -> None:
-        scope: inventory.Scope = req.scope if req is not None else _scope_of(existing, self.scope_members)
+        scope: inventory.Scope = req.scope if req is not None else scope_of(existing, self.scope_members)
         self.scopes_used.add(scope)
         cls = capacity.UNKNOWN if req is None else self.intern(req)
         bound = self.bound[scope].get(key, {})
@@ -686,9 +594,3 @@ class _Book:
                 )
             )
         return tuple(out)
-
-
-def _scope_of(groups: Mapping[str, int], members: Mapping[inventory.Scope, frozenset[str]]) -> inventory.Scope:
-    """The scope of a held placement, from its domain keys (node keys are host names, not clique ids)."""
-    node_keys = members.get("node", frozenset())
-    return "node" if groups and node_keys.issuperset(groups) else "clique"

@@ -59,6 +59,7 @@ from nvlfleet.core import (
     health,
     inventory,
     leaderworkersets,
+    placements,
     planner,
     render,
     report,
@@ -126,6 +127,10 @@ class Snapshot:
     prometheus_address: str | None = None  # what a ScaledObject queries when spec.autoscaling names none
 
 
+# In FleetView's body ``inventory`` is its field, not the module.
+_ServingKey = inventory.ServingKey
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class FleetView:
     """The cluster-wide half of a pass: the inventory (nodes with their GPU pods) and every serving's groups
@@ -135,13 +140,25 @@ class FleetView:
 
     domain_label: str
     inventory: inventory.Inventory
-    held: tuple[planner.Placement, ...]
+    held: tuple[placements.Placement, ...]
 
     @functools.cached_property
-    def summed(self) -> planner.Held:
-        """``held`` summed per domain (``planner.held``), once per view: a pass plans its serving against the
+    def summed(self) -> placements.Held:
+        """``held`` summed per domain (``placements.held``), once per view: a pass plans its serving against the
         others' sums less its own, not against every other serving's placement (a thousand per pass)."""
-        return planner.held(self.inventory, self.held)
+        return placements.held(self.inventory, self.held)
+
+    @functools.cached_property
+    def _held_by_serving(self) -> Mapping[_ServingKey, tuple[placements.Placement, ...]]:
+        by: dict[_ServingKey, list[placements.Placement]] = {}
+        for p in self.held:
+            by.setdefault(p.serving, []).append(p)
+        return {key: tuple(found) for key, found in by.items()}
+
+    def others(self, key: _ServingKey) -> placements.Held:
+        """What every serving but ``key`` holds, summed: ``summed`` less ``key``'s own placements, found through
+        an index built once per view (a pass does not scan the fleet's thousand placements for its own)."""
+        return self.summed.without(self._held_by_serving.get(key, ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +226,7 @@ def reconcile(snap: Snapshot) -> Decision:
         inv = view.inventory
         wanted = demands.of(serving)
         own_held = leaderworkersets.placements_of(key, serving, own_sets, domain_label)
-        others = view.summed.without(p for p in view.held if p.serving == key)
+        others = view.others(key)
         plan = planner.plan(inv, wanted, own_held, others)
         placement = plan.placement(key)
         desired = [_owned_copy(obj, serving) for obj in render.render(serving, placement)]
@@ -304,7 +321,7 @@ def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
 # The cluster-wide half of a pass, and what this serving holds
 
 
-def _grows(held: Iterable[planner.Placement], placement: Mapping[str, Mapping[str, int]]) -> bool:
+def _grows(held: Iterable[placements.Placement], placement: Mapping[str, Mapping[str, int]]) -> bool:
     """Whether ``placement`` has more groups in some role and domain than this serving holds there now."""
     now = {(p.role, domain): groups for p in held for domain, groups in p.groups.items()}
     return any(groups > now.get((role, domain), 0) for role, per in placement.items() for domain, groups in per.items())
