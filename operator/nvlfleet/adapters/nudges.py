@@ -18,7 +18,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from nvlfleet.adapters import kube
@@ -70,6 +70,46 @@ class Nudges:
             timeout = min(self._due.values()) - now if self._due else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+
+class InFlight:
+    """The passes of each serving this process has begun: waiting to start (for the serving's lock or a free
+    slot), or running.
+
+    A pass asked for while another pass of the same serving waits to start *is* that pass: it reads everything
+    once it starts. And the re-check leaves a serving with a pass in flight alone (``in``): at start-up a thousand
+    handlers wait for ``passes_at_once`` slots a minute or more, and a re-check in that minute ran each twice."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[inventory.ServingKey, object] = {}  # the waiting pass's own token
+        self._begun: dict[inventory.ServingKey, int] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._begun
+
+    @contextlib.contextmanager
+    def begin(self, key: inventory.ServingKey) -> Iterator[Callable[[], None] | None]:
+        """A pass of ``key`` for the ``with`` block: None when one already waits to start (run none), else the
+        function the pass calls once it starts (from then on, what changes asks for another pass)."""
+        if key in self._waiting:
+            yield None
+            return
+        token = self._waiting[key] = object()
+        self._begun[key] = self._begun.get(key, 0) + 1
+        started = functools.partial(self._started, key, token)
+        try:
+            yield started
+        finally:
+            started()  # a pass that failed before it could start no longer waits either
+            left = self._begun[key] - 1
+            if left:
+                self._begun[key] = left
+            else:
+                del self._begun[key]
+
+    def _started(self, key: inventory.ServingKey, token: object) -> None:
+        if self._waiting.get(key) is token:
+            del self._waiting[key]
 
 
 async def work(nudges: Nudges, reconcile: Reconcile, *, watched: Callable[[str], bool], retry_seconds: float) -> None:

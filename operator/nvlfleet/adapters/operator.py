@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from nvlfleet.adapters import caches, connection, exporter, kube, nudges, passevents, servingtelemetry
+from nvlfleet.adapters import caches, connection, exporter, kube, nudges, passevents, passinputs, servingtelemetry
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import names, ownership, reasons
 from nvlfleet.core import inventory, reconciler
@@ -87,13 +87,9 @@ class Operator:
         self._pruned: set[str] = set()  # uids this process deleted that the watch still shows
         self._seen: dict[inventory.ServingKey, caches.Packed] = {}  # each serving as last watched or written
         # What the last pass that changed nothing read, per serving: the re-check skips it while that still holds.
-        self._settled: dict[inventory.ServingKey, tuple[Any, ...]] = {}
+        self._settled: dict[inventory.ServingKey, passinputs.Inputs] = {}
         self.diff_bases = caches.DiffBases()
-        # Servings with a pass in this process: waiting for their lock or a free slot (``_queued``), or running.
-        # A pass asked for while another waits to start is that one (it reads everything once it starts), and the
-        # re-check leaves them alone: at start-up, a thousand handlers wait for the slots a minute or more.
-        self._queued: dict[inventory.ServingKey, object] = {}  # the waiting pass's own token
-        self._in_flight: dict[inventory.ServingKey, int] = {}
+        self.in_flight = nudges.InFlight()  # servings with a pass begun: waiting to start, or running
         # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
         self._versions = itertools.count(1)
         self._version = 0
@@ -132,29 +128,15 @@ class Operator:
         written after the lock is released."""
         if not self.may_write():
             return None  # a standby (or a leader past its renew deadline) would write nothing: no pass at all
-        if key in self._queued:
-            return None  # a pass of this serving has not started yet: it reads what this one would
-        token = self._queued[key] = object()
-        self._in_flight[key] = self._in_flight.get(key, 0) + 1
-        try:
-            return await self._pass(key, token)
-        finally:
-            self._started(key, token)
-            left = self._in_flight[key] - 1
-            if left:
-                self._in_flight[key] = left
-            else:
-                del self._in_flight[key]
+        with self.in_flight.begin(key) as started:
+            if started is None:
+                return None  # a pass of this serving has not started yet: it reads what this one would
+            return await self._pass(key, started)
 
-    def _started(self, key: inventory.ServingKey, token: object) -> None:
-        """The pass holding ``token`` no longer waits (it started, or failed before it could)."""
-        if self._queued.get(key) is token:
-            del self._queued[key]
-
-    async def _pass(self, key: inventory.ServingKey, token: object) -> reconciler.Decision | None:
+    async def _pass(self, key: inventory.ServingKey, started: Callable[[], None]) -> reconciler.Decision | None:
         api = self._api()
         async with self._serving_lock(key), self.passes:
-            self._started(key, token)  # from here on, what changes asks for another pass
+            started()  # from here on, what changes asks for another pass
             with self.metrics.reconciling(key.namespace, key.name):
                 packed = self._seen.get(key)
                 serving = packed.unpack() if packed is not None else None
@@ -163,7 +145,7 @@ class Operator:
                 if serving is None:
                     self.forget(key)
                     return None
-                inputs = self.inputs(key, caches.resource_version(serving))
+                read = self.inputs(key, caches.resource_version(serving))
                 snap = await asyncio.to_thread(self._observe, api, serving)
                 snap, decision, checked = await self._decide(api, serving, snap, frozenset())
                 if decision.places_groups:
@@ -178,24 +160,24 @@ class Operator:
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
-        elif not passevents.needed(snap.children) and inputs is not None:  # (Events are not watched: see needed)
-            settled = self._settled_inputs(key, decision, inputs)
+        elif not passevents.needed(snap.children) and read is not None:  # (Events are not watched: see needed)
+            settled = self._settled_inputs(key, decision, read)
             if settled is not None:
                 self._settled[key] = settled
         return decision
 
     def _settled_inputs(
-        self, key: inventory.ServingKey, decision: reconciler.Decision, inputs: tuple[Any, ...]
-    ) -> tuple[Any, ...] | None:
+        self, key: inventory.ServingKey, decision: reconciler.Decision, read: passinputs.Inputs
+    ) -> passinputs.Inputs | None:
         """What a pass of ``key`` will read if nothing changes after ``decision``, when a pass on it would write
-        nothing: ``inputs`` after a pass that wrote nothing; after one that wrote only the status (and its events),
+        nothing: ``read`` after a pass that wrote nothing; after one that wrote only the status (and its events),
         the same inputs with the serving's version as that write left it — the pass after it would find the status
         it wrote and write nothing, so the re-check need not run it (at start-up, a second pass of every serving).
         None after a pass that applied or deleted children: their watch events say when it has settled."""
         if not decision.writes:
             # The fleet's version was read as if the serving waited for room when this process knew nothing of it
             # yet (its first pass, after every restart); the re-check compares with what it reads now.
-            return inputs if self._waits_for_room(key) else (inputs[0], 0, *inputs[2:])
+            return read if self._waits_for_room(key) else read._replace(fleet=0)
         if decision.apply or decision.delete or decision.replace or decision.status is None:
             return None
         seen = self._seen.get(key)
@@ -330,7 +312,7 @@ class Operator:
         indexed = [c.unpack() for c in index.get((namespace, name), ()) if c.uid not in self._pruned]
         return self.applied.merged(indexed, kind=kind.kind, namespace=namespace, serving=name)
 
-    def inputs(self, key: inventory.ServingKey, serving_version: str) -> tuple[Any, ...] | None:
+    def inputs(self, key: inventory.ServingKey, serving_version: str) -> passinputs.Inputs | None:
         """What a pass of ``key`` reads, as versions: the serving's, the watch caches' (nodes, GPU pods,
         LeaderWorkerSets: ``changed``) while some of its groups are unplaced, and each child's. None without the
         children indexes (as outside kopf): nothing to compare, so every re-check runs the pass."""
@@ -339,7 +321,7 @@ class Operator:
         children: list[caches.Packed] = [
             c for i in caches.CHILD_INDEXES.values() for c in self.indices[i].get((key.namespace, key.name), ())
         ]
-        versions = sorted((c.kind, c.resource_version) for c in children)
+        versions = tuple(sorted((c.kind, c.resource_version) for c in children))
         pruned = sum(c.uid in self._pruned for c in children)
         # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
         # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
@@ -347,7 +329,7 @@ class Operator:
         # This serving's own writes and deletions the watch has not caught up with, not the whole process's: a
         # global count changed whenever any serving's write was delivered, and re-ran every settled serving.
         pending = self.applied.pending(key.namespace, key.name)
-        return (serving_version, fleet, pending, pruned, *versions)
+        return passinputs.Inputs(serving_version, fleet, pending, pruned, versions)
 
     def _waits_for_room(self, key: inventory.ServingKey) -> bool:
         """Whether some of ``key``'s groups wait for room (or this process has not passed it yet)."""
@@ -544,7 +526,7 @@ class Operator:
         is retried by the nudger. A serving whose inputs hold costs no API call: its children's drift would have
         reached the watch, and nudged it."""
         for key in self.servings():
-            if key in self._in_flight:
+            if key in self.in_flight:
                 continue  # its pass reads the inputs as they are when it starts; what changes after nudges it
             settled = self._settled.get(key)
             serving = self._seen.get(key)
@@ -567,21 +549,17 @@ class Operator:
         await self.telemetry.write_status(self._api(), self.known, self.may_write)
 
 
-_INPUTS = ("the serving's version", "the fleet's version", "its writes not yet watched", "its children pruned")
-
-
-def _why_unsettled(settled: tuple[Any, ...] | None, serving: caches.Packed | None, now: tuple[Any, ...] | None) -> str:
-    """Why a re-check runs a pass, in words (``inputs``' parts that changed): what makes an idle fleet busy."""
+def _why_unsettled(
+    settled: passinputs.Inputs | None, serving: caches.Packed | None, now: passinputs.Inputs | None
+) -> str:
+    """Why a re-check runs a pass, in words (``passinputs.changes``): what makes an idle fleet busy."""
     if serving is None:
         return "the serving was not watched yet"
     if settled is None:
         return "its last pass did not settle (it applied or deleted children, or failed)"
     if now is None:
         return "the children's indexes are missing"
-    changed = [f"{what} {was!r} → {is_!r}" for what, was, is_ in zip(_INPUTS, settled, now, strict=False) if was != is_]
-    if settled[len(_INPUTS) :] != now[len(_INPUTS) :]:
-        changed.append(f"its children's versions {settled[len(_INPUTS) :]!r} → {now[len(_INPUTS) :]!r}")
-    return "; ".join(changed)
+    return passinputs.changes(settled, now)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
