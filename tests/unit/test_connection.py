@@ -1,22 +1,28 @@
 """The operator reaches the API server with what a kubeconfig or the pod's ServiceAccount says, without the
-official client: tokens, client certificates inline or in files, exec plugins and rotated token files."""
+official client: tokens, client certificates inline or in files, exec plugins, rotated token files, and a server
+reached by an address its certificate does not name (``tls-server-name``), by kopf's watches too."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import json
 import os
 import pathlib
+import ssl
 import stat
+import subprocess
 import sys
 import textwrap
+import types
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 
-from nvlfleet.adapters import connection
+from nvlfleet.adapters import connection, main
 
 T0 = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
 
@@ -189,3 +195,98 @@ def test_the_operator_image_needs_no_kubernetes_client() -> None:
     code = "import sys, nvlfleet.adapters.kube, nvlfleet.adapters.connection; print('kubernetes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "False"
+
+
+# ``tls-server-name``: a server reached by an address its certificate does not name (kubectl's meaning).
+
+
+def server_certificate(tmp_path: pathlib.Path, name: str) -> tuple[str, str]:
+    """A self-signed certificate naming only ``name`` (not 127.0.0.1), and its key: (cert file, key file)."""
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"),
+            *("-days", "2", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}"),
+            *("-addext", "basicConstraints=CA:TRUE", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+async def handshake(cert: str, key: str, client: ssl.SSLContext) -> str:
+    """What a TLS server at 127.0.0.1 holding ``cert`` told a client connecting with ``client``'s context."""
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    named: list[str | None] = []
+    served.sni_callback = lambda sock, sni, ctx: named.append(sni)  # type: ignore[assignment, misc]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        said = (await reader.read()).decode()
+        writer.close()
+    finally:
+        server.close()
+    return f"{said} as {named[0]}"
+
+
+def test_tls_server_name_is_the_name_kopfs_connections_verify_and_ask_for(tmp_path: pathlib.Path) -> None:
+    cert, key = server_certificate(tmp_path, "api.cluster.internal")
+    creds = connection.Credentials("https://127.0.0.1:6443", ca_file=cert, tls_server_name="api.cluster.internal")
+
+    assert asyncio.run(handshake(cert, key, connection.ssl_context(creds))) == "hello as api.cluster.internal"
+
+
+def test_without_tls_server_name_a_server_whose_certificate_names_another_host_is_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    cert, key = server_certificate(tmp_path, "api.cluster.internal")
+    creds = connection.Credentials("https://127.0.0.1:6443", ca_file=cert)
+
+    with pytest.raises(ssl.SSLCertVerificationError, match=r"127\.0\.0\.1"):
+        asyncio.run(handshake(cert, key, connection.ssl_context(creds)))
+
+
+def test_kopf_logs_in_with_a_session_that_reaches_a_server_by_its_tls_server_name(tmp_path: pathlib.Path) -> None:
+    cert, key = server_certificate(tmp_path, "api.cluster.internal")
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    asked: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        asked.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    async def go() -> tuple[str, Any]:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+        port = server.sockets[0].getsockname()[1]
+        cluster = {
+            "server": f"https://127.0.0.1:{port}",
+            "certificate-authority": cert,
+            "tls-server-name": "api.cluster.internal",
+        }
+        conn = connection.connect(kubeconfig(tmp_path, {"token": "abc"}, cluster))
+        memo = kopf.Memo(operator=types.SimpleNamespace(api_connection=lambda: conn))
+        info = await main.login(settings=kopf.OperatorSettings(), memo=memo)
+        assert isinstance(info, kopf.AiohttpSession)
+        try:
+            async with info.aiohttp_session.get(f"{info.server}/version") as response:
+                return info.server, await response.json()
+        finally:
+            await info.aiohttp_session.close()
+            server.close()
+
+    server, body = asyncio.run(go())
+
+    assert server.startswith("https://127.0.0.1:") and body == {}
+    assert b"authorization: bearer abc" in asked[0].lower()

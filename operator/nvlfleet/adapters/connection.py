@@ -30,6 +30,7 @@ import json
 import os
 import pathlib
 import shutil
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -122,6 +123,42 @@ class Connection:
         if credentials.proxy_url:
             return urllib3.ProxyManager(credentials.proxy_url, maxsize=maxsize, **tls)
         return urllib3.PoolManager(maxsize=maxsize, **tls)
+
+
+def ssl_context(credentials: Credentials) -> ssl.SSLContext:
+    """A client context for asyncio connections (kopf's watches) that verifies the API server as ``pool`` does: its
+    CA (or the system's), the client certificate, and under ``tls-server-name`` that name rather than the URL's
+    host, asked for by SNI too, as kubectl does (a server reached by an address its certificate does not name)."""
+    context = _ServerNamed(ssl.PROTOCOL_TLS_CLIENT)
+    context.server_name = credentials.tls_server_name
+    if credentials.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif credentials.ca_file:
+        context.load_verify_locations(cafile=credentials.ca_file)
+    else:
+        context.load_default_certs()
+    if credentials.cert_file and credentials.key_file:
+        context.load_cert_chain(credentials.cert_file, credentials.key_file)
+    return context
+
+
+class _ServerNamed(ssl.SSLContext):
+    """An SSL context whose connections name ``server_name`` (when set) for SNI and hostname verification, whatever
+    host asyncio was asked to connect to: aiohttp, under kopf, offers no per-session server name."""
+
+    server_name: str | None = None
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        named = self.server_name if self.server_name and not server_side else server_hostname
+        return super().wrap_bio(incoming, outgoing, server_side, named, session)
 
 
 class PemFiles:

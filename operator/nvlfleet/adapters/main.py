@@ -37,6 +37,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
+import aiohttp
 import kopf
 
 from nvlfleet.adapters import caches, connection, decoding, exporter, kube, nudges, prepopulation, webhook
@@ -189,18 +190,33 @@ def _serve_admission(settings: kopf.OperatorSettings, config: Config) -> None:
 
 
 @kopf.on.login()
-def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+async def login(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any
+) -> kopf.ConnectionInfo | kopf.AiohttpSession:
     """kopf and nvlfleet.adapters.kube connect with the same credentials: the operator's kubeconfig,
     ~/.kube/config, or the in-cluster ServiceAccount (kopf logs in after the start-up handlers, so the operator
     is in ``memo`` by now). kopf logs in again when the API server refuses its token, or when an exec plugin's
-    credential expires: the credentials are read again then (a rotated token file, a new exec credential). The
-    connection is the operator's own, which owns the private files its inline PEM data is in."""
+    credential expires: the credentials are read again then (a rotated token file, a new exec credential; an exec
+    plugin runs in a thread). The connection is the operator's own, which owns the private files its inline PEM
+    data is in.
+
+    A kubeconfig's ``tls-server-name`` has no field in ``kopf.ConnectionInfo``: kopf is then handed a session of
+    nvlfleet's making, whose TLS names that server (``connection.ssl_context``), as kubectl and ``kube`` do."""
     conn = _operator(memo).api_connection()
     conn.expire()
     try:
-        creds = conn.credentials()
+        creds = await asyncio.to_thread(conn.credentials)
     except connection.CredentialsError as err:
         raise kopf.LoginError(str(err)) from err
+    if creds.tls_server_name:
+        headers = {"Authorization": f"Bearer {creds.token}"} if creds.token else {}
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ssl=connection.ssl_context(creds)),
+            headers=headers,
+            proxy=creds.proxy_url,
+            trust_env=settings.networking.trust_env,
+        )
+        return kopf.AiohttpSession(server=creds.server, expiration=creds.expiration, aiohttp_session=session)
     return kopf.ConnectionInfo(
         server=creds.server,
         ca_path=creds.ca_file,
