@@ -55,7 +55,7 @@ from localcluster import fleet as fleets
 from localcluster.operatorprocess import OperatorProcess
 
 from nvlfleet.api import models, names
-from nvlfleet.core import demands, inventory, render
+from nvlfleet.core import demands, kubeobjects, render
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -344,7 +344,7 @@ def model_rows(racks: int, decode: int, prefill: int) -> list[baselines.Outcome]
     nodes = fleets.fleet_nodes("GB200", racks, fleet="model")
     for node in nodes:  # kwok reports them Ready in the cluster; the builder leaves status to kwok
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    inv = inventory.from_objects(nodes)
+    inv = kubeobjects.from_objects(nodes)
     parsed = models.DeepSeekServing.model_validate(
         {**workload("flash", "model", decode, prefill), "metadata": {"name": "flash", "namespace": "model"}}
     )

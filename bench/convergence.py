@@ -42,7 +42,7 @@ from kubernetes import client, watch
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import models
 from nvlfleet.api import names as api_names  # `names` is this module's list of serving names
-from nvlfleet.core import render
+from nvlfleet.core import kubeobjects, render
 
 # Servings the reference applies at once: the operator's own default for passes of different servings in flight.
 OPERATOR_CONCURRENCY = Config.passes_at_once
@@ -318,7 +318,7 @@ def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) ->
 
     nodes = [n for n in json.loads(client.CoreV1Api(api).list_node(_preload_content=False).data)["items"]]
     ignored: list[Any] = []
-    inv = inventory.build([p for i, n in enumerate(nodes) if (p := inventory.parse_node(n, f"[{i}]", ignored))])
+    inv = inventory.build([p for i, n in enumerate(nodes) if (p := kubeobjects.parse_node(n, f"[{i}]", ignored))])
     parsed = [
         models.DeepSeekServing.model_validate({**b, "metadata": {**b["metadata"], "namespace": namespace}})
         for b in bodies

@@ -27,7 +27,7 @@ from kubernetes import client
 from localcluster import fleet as fleets
 
 from nvlfleet.api import models, names
-from nvlfleet.core import commandline, demands, inventory, planner, render
+from nvlfleet.core import commandline, demands, inventory, kubeobjects, planner, render
 from support import servingbuilder as sb
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,7 @@ def cluster_placement(
     node of ``fleet_name`` is Ready and untainted: new nodes carry the node-lifecycle not-ready taint for a moment,
     and a plan made while only some are usable spreads groups that the whole fleet would pack."""
     nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
-    inv = inventory.from_objects(nodes, domain_label=serving.spec.placement.domain_label)
+    inv = kubeobjects.from_objects(nodes, domain_label=serving.spec.placement.domain_label)
     mine = [n for n in inv.nodes if n.labels.get(fleets.LABEL_FLEET) == fleet_name]
     if not mine or any(not n.schedulable or n.taints for n in mine):
         return None

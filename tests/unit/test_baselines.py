@@ -6,7 +6,7 @@ import baselines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvlfleet.core import inventory, planner
+from nvlfleet.core import inventory, kubeobjects, planner
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -14,7 +14,7 @@ GPUS_PER_NODE = 4
 
 
 def fleet(*nodes_per_rack: int) -> inventory.Inventory:
-    return inventory.from_objects([o for i, n in enumerate(nodes_per_rack) for o in fb.rack(i, nodes=n)])
+    return kubeobjects.from_objects([o for i, n in enumerate(nodes_per_rack) for o in fb.rack(i, nodes=n)])
 
 
 def workload(npg: int, groups: int, name: str = "a") -> list[planner.Demand]:
@@ -83,7 +83,7 @@ def test_preferred_pod_affinity_splits_a_group_across_racks_instead() -> None:
 
 def test_only_nodes_the_workload_may_use_count_as_stranded() -> None:
     gb300_rack = [fb.node(f"gb300-{t}", rack=9, product="NVIDIA-GB300") for t in range(18)]
-    inv = inventory.from_objects([*fb.rack(0, nodes=3), *gb300_rack])
+    inv = kubeobjects.from_objects([*fb.rack(0, nodes=3), *gb300_rack])
     nvl = baselines.nvlfleet(inv, workload(2, 1))
     assert nvl.gpus_stranded == 1 * GPUS_PER_NODE  # the odd GB200 tray, not the GB300 rack
 
@@ -100,7 +100,7 @@ def test_property_with_one_group_size_nvlfleet_places_at_least_as_many_and_never
 ) -> None:
     objs = [o for i, n in enumerate(racks) for o in fb.rack(i, nodes=n)]
     pods = [fb.pod(f"job-{i}", objs[i % len(objs)]["metadata"]["name"]) for i in busy]
-    inv = inventory.from_objects(objs, pods)
+    inv = kubeobjects.from_objects(objs, pods)
     nvl, lws, affinity = baselines.compare(inv, workload(npg, groups))
     assert (nvl.groups_split, nvl.groups_waiting, nvl.pods_pending) == (0, 0, 0)
     assert nvl.groups_placed >= max(lws.groups_placed, affinity.groups_placed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nvlfleet.api import names, problems
-from nvlfleet.core import inventory
+from nvlfleet.core import inventory, kubeobjects
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -13,7 +13,7 @@ H200 = inventory.NodeRequirements(gpu_product="NVIDIA-H200", gpus_per_node=8, sc
 
 
 def one(obj: dict) -> inventory.Node:
-    return inventory.from_objects([obj]).nodes[0]
+    return kubeobjects.from_objects([obj]).nodes[0]
 
 
 def test_a_node_keeps_what_placement_needs() -> None:
@@ -31,7 +31,7 @@ def test_a_node_keeps_what_placement_needs() -> None:
 
 
 def test_domains_group_nodes_by_clique_and_skip_unlabelled_nodes() -> None:
-    inv = inventory.from_objects([*fb.rack(1, nodes=2), *fb.rack(0, nodes=3), fb.node("loose", rack=None)])
+    inv = kubeobjects.from_objects([*fb.rack(1, nodes=2), *fb.rack(0, nodes=3), fb.node("loose", rack=None)])
     domains = inv.domains("clique")
     assert [(d.key, d.label, [n.name for n in d.nodes]) for d in domains] == [
         (fb.clique(0), fb.CLIQUE_LABEL, ["rack-0-00", "rack-0-01", "rack-0-02"]),
@@ -40,7 +40,7 @@ def test_domains_group_nodes_by_clique_and_skip_unlabelled_nodes() -> None:
 
 
 def test_node_scope_makes_each_unlabelled_gpu_node_its_own_domain() -> None:
-    inv = inventory.from_objects(
+    inv = kubeobjects.from_objects(
         [
             fb.node("h200-b", product="NVIDIA-H200", gpus=8),
             fb.node("h200-a", product="NVIDIA-H200", gpus=8),
@@ -56,7 +56,7 @@ def test_node_scope_makes_each_unlabelled_gpu_node_its_own_domain() -> None:
 
 def test_a_custom_domain_label_is_honoured() -> None:
     objs = [fb.node(f"n{i}", labels={"example.com/rack": "r1"}) for i in range(2)]
-    inv = inventory.from_objects(objs, domain_label="example.com/rack")
+    inv = kubeobjects.from_objects(objs, domain_label="example.com/rack")
     assert [(d.key, d.label, len(d.nodes)) for d in inv.domains()] == [("r1", "example.com/rack", 2)]
 
 
@@ -128,7 +128,7 @@ def test_node_scope_leaves_nodes_inside_an_nvlink_domain_alone() -> None:
 
 
 def test_a_bound_gpu_pod_makes_its_node_busy_and_is_attributed_to_its_serving() -> None:
-    inv = inventory.from_objects(
+    inv = kubeobjects.from_objects(
         [fb.node("a", rack=0), fb.node("b", rack=0), fb.node("c", rack=0)],
         [
             fb.pod("flash-decode-0", "a", namespace="team", serving="flash", role="decode", lws="flash-d", group=0),
@@ -152,7 +152,7 @@ def test_pod_gpus_count_containers_and_sidecars_but_only_the_peak_of_init_contai
         {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": 1}}},
     ]
     found: list[problems.Problem] = []
-    parsed = inventory.parse_pod(obj, "pod", found)
+    parsed = kubeobjects.parse_pod(obj, "pod", found)
     assert found == []
     assert parsed is not None and parsed.gpus == 4  # max(2 + 1 running, 4 init)
 
@@ -161,7 +161,7 @@ def test_observed_placements_count_lws_groups_per_domain() -> None:
     def ours(name: str, node: str, group: int, role: str = "decode") -> dict:
         return fb.pod(name, node, serving="flash", role=role, lws=f"flash-{role}", group=group)
 
-    inv = inventory.from_objects(
+    inv = kubeobjects.from_objects(
         [*fb.rack(0, nodes=4), *fb.rack(1, nodes=2)],
         [
             ours("d0-0", "rack-0-00", 0),
@@ -191,7 +191,7 @@ def test_malformed_nodes_are_reported_with_field_paths() -> None:
     nameless = fb.node("c", rack=0)
     del nameless["metadata"]["name"]
     with pytest.raises(problems.InvalidSpec) as err:
-        inventory.from_objects([fb.node("ok", rack=0), bad_gpus, bad_taint, nameless, "not a node"])
+        kubeobjects.from_objects([fb.node("ok", rack=0), bad_gpus, bad_taint, nameless, "not a node"])
     assert [str(p) for p in err.value.problems] == [
         "nodes[1].status.allocatable[\"nvidia.com/gpu\"]: expected a whole number of GPUs, got '4x'",
         "nodes[2].spec.taints[0].effect: expected one of NoSchedule, PreferNoSchedule, NoExecute, got 'Sometimes'",
@@ -201,11 +201,11 @@ def test_malformed_nodes_are_reported_with_field_paths() -> None:
 
 
 def test_tolerations_are_parsed_with_field_paths() -> None:
-    assert inventory.parse_tolerations(
+    assert kubeobjects.parse_tolerations(
         [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}, {"key": "b", "value": "x"}], "tol"
     ) == (inventory.Toleration("a", "Exists", "", "NoSchedule"), inventory.Toleration("b", "Equal", "x", ""))
     with pytest.raises(problems.InvalidSpec) as err:
-        inventory.parse_tolerations([{"operator": "Equal"}, {"key": "a", "operator": "Maybe"}], "spec.tol")
+        kubeobjects.parse_tolerations([{"operator": "Equal"}, {"key": "a", "operator": "Maybe"}], "spec.tol")
     assert [str(p) for p in err.value.problems] == [
         "spec.tol[0].key: an empty key needs operator Exists",
         "spec.tol[1].operator: expected Equal or Exists, got 'Maybe'",
@@ -216,5 +216,5 @@ def test_a_label_key_that_is_not_a_string_is_reported_with_its_path() -> None:
     odd = fb.node("a", rack=0)
     odd["metadata"]["labels"][7] = "x"
     with pytest.raises(problems.InvalidSpec) as err:
-        inventory.from_objects([odd])
+        kubeobjects.from_objects([odd])
     assert [str(p) for p in err.value.problems] == ["nodes[0].metadata.labels: expected string keys, got int 7"]

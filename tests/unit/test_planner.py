@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvlfleet.api import models, names, servingstatus
-from nvlfleet.core import capacity, demands, inventory, pairing, placements, planner, shortfall
+from nvlfleet.core import capacity, demands, inventory, kubeobjects, pairing, placements, planner, shortfall
 from support import fleetbuilder as fb
 
 GB200 = inventory.NodeRequirements(gpu_product="NVIDIA-GB200", gpus_per_node=4)
@@ -27,7 +27,7 @@ RACK_OF = {fb.clique(i): i for i in range(64)}
 def fleet(*nodes_per_rack: int, pods: Iterable[dict] = (), **node_kwargs: object) -> inventory.Inventory:
     """Racks 0, 1, ... with the given number of healthy trays each."""
     objs = [o for i, n in enumerate(nodes_per_rack) for o in fb.rack(i, nodes=n, **node_kwargs)]
-    return inventory.from_objects(objs, list(pods))
+    return kubeobjects.from_objects(objs, list(pods))
 
 
 def serving(name: str, namespace: str = "default") -> inventory.ServingKey:
@@ -179,7 +179,7 @@ def test_nodes_released_by_a_scale_down_are_free_after_but_not_reused_in_the_sam
 def test_a_group_whose_pod_sits_on_a_cordoned_node_needs_a_replacement_node() -> None:
     objs = [fb.node("rack-0-00", rack=0, cordoned=True), *fb.rack(0, nodes=3)[1:]]
     pods = [ours("d0-0", "rack-0-00"), ours("d0-1", "rack-0-01")]
-    inv = inventory.from_objects(objs, pods)
+    inv = kubeobjects.from_objects(objs, pods)
     plan = planner.plan(inv, [demand("a", npg=2), demand("b")], [placed("a", npg=2, racks={0: 1})])
     assert (racks(plan, "a"), racks(plan, "b")) == ({0: 1}, {})
     assert usage(plan) == {0: (1, 0)}
@@ -277,7 +277,7 @@ def test_spread_puts_units_in_different_domains_and_pack_in_one() -> None:
 
 
 def test_where_nvlink_stops_at_the_node_prefill_and_decode_are_placed_on_their_own() -> None:
-    inv = inventory.from_objects([fb.node(f"h{i}", product="NVIDIA-H200", gpus=8) for i in range(2)])
+    inv = kubeobjects.from_objects([fb.node(f"h{i}", product="NVIDIA-H200", gpus=8) for i in range(2)])
     plan = planner.plan(inv, pd(prefill=(1, 1), decode=(1, 1), req=H200))
     assert (plan.role(serving("a"), "prefill").placed, plan.role(serving("a"), "decode").placed) == (
         {"h1": 1},
@@ -295,17 +295,17 @@ def test_a_more_restricted_serving_is_never_starved_by_one_the_scheduler_could_p
     picky = dataclasses.replace(GB200, node_selector=(("pool", "a"),))
     wanted = [demand("a-picky", npg=2, req=picky), demand("b-any", npg=2, groups=2)]
     # Unbound, b's pods could land on the two pool=a trays and leave a Pending: b waits one round.
-    first = planner.plan(inventory.from_objects(objs), wanted)
+    first = planner.plan(kubeobjects.from_objects(objs), wanted)
     assert (racks(first, "a-picky"), racks(first, "b-any")) == ({0: 1}, {})
     # Once a's pods hold their trays, b fits in the other four.
     pods = [ours(f"p{i}", f"rack-0-{i:02d}", serving_name="a-picky") for i in range(2)]
-    second = planner.plan(inventory.from_objects(objs, pods), wanted, [placed("a-picky", npg=2, racks={0: 1})])
+    second = planner.plan(kubeobjects.from_objects(objs, pods), wanted, [placed("a-picky", npg=2, racks={0: 1})])
     assert (racks(second, "a-picky"), racks(second, "b-any")) == ({0: 1}, {0: 2})
 
 
 def test_untolerated_taints_and_missing_cliques_are_explained() -> None:
     objs = [*fb.rack(0, nodes=4, taints=[fb.MAINTENANCE_TAINT]), fb.node("loose", rack=None)]
-    plan = planner.plan(inventory.from_objects(objs), [demand("a", npg=2)])
+    plan = planner.plan(kubeobjects.from_objects(objs), [demand("a", npg=2)])
     assert plan.role(serving("a"), "decode").reasons == (
         "decode needs 2 free nodes (8 GPUs) in one NVLink domain for each of 1 more group; "
         "no domain has a free node it can use",
@@ -314,7 +314,7 @@ def test_untolerated_taints_and_missing_cliques_are_explained() -> None:
         "1 without the nvidia.com/gpu.clique label",
     )
     tolerant = dataclasses.replace(GB200, tolerations=(inventory.Toleration("nvidia.com/maintenance", "Exists"),))
-    assert racks(planner.plan(inventory.from_objects(objs), [demand("a", npg=2, req=tolerant)]), "a") == {0: 1}
+    assert racks(planner.plan(kubeobjects.from_objects(objs), [demand("a", npg=2, req=tolerant)]), "a") == {0: 1}
 
 
 def test_a_gpu_product_missing_from_the_fleet_is_named() -> None:
@@ -326,7 +326,7 @@ def test_a_gpu_product_missing_from_the_fleet_is_named() -> None:
 
 
 def test_h200_groups_are_single_nodes_each_its_own_domain() -> None:
-    inv = inventory.from_objects([fb.node(f"h{i}", product="NVIDIA-H200", gpus=8) for i in range(3)])
+    inv = kubeobjects.from_objects([fb.node(f"h{i}", product="NVIDIA-H200", gpus=8) for i in range(3)])
     plan = planner.plan(inv, [demand("a", groups=4, req=H200), demand("b", npg=2, req=H200)])
     a, b = plan.role(serving("a"), "decode"), plan.role(serving("b"), "decode")
     assert (a.placed, a.unplaced) == ({"h0": 1, "h1": 1, "h2": 1}, 1)

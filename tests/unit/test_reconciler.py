@@ -17,7 +17,7 @@ import pytest
 
 from nvlfleet.adapters import servingtelemetry
 from nvlfleet.api import crd, names, reasons
-from nvlfleet.core import demands, inventory, leaderworkersets, planner, reconciler, render, validation
+from nvlfleet.core import demands, inventory, kubeobjects, leaderworkersets, planner, reconciler, render, validation
 from support import fleetbuilder as fb
 from support import servingbuilder as sb
 
@@ -326,8 +326,8 @@ def test_nodes_and_pods_the_adapter_parsed_once_decide_exactly_as_the_objects_do
     raw = cluster.snapshot()
     parsed = dataclasses.replace(
         raw,
-        nodes=[inventory.parse_node(n, "node", []) for n in raw.nodes],
-        bound=[p for o in raw.pods if (p := inventory.parse_pod(o, "pod", [])) is not None],
+        nodes=[kubeobjects.parse_node(n, "node", []) for n in raw.nodes],
+        bound=[p for o in raw.pods if (p := kubeobjects.parse_pod(o, "pod", [])) is not None],
     )
 
     decision = reconciler.reconcile(parsed)
@@ -522,7 +522,7 @@ def test_a_group_that_fits_no_rack_is_reported_with_the_planners_sentence() -> N
 
     parsed = validation.parse(cluster.serving)[0]
     assert parsed is not None
-    expected = planner.plan(inventory.from_objects(nodes), demands.of(parsed))
+    expected = planner.plan(kubeobjects.from_objects(nodes), demands.of(parsed))
     (role_plan,) = expected.roles
     capacity = condition(decision.status, reasons.INSUFFICIENT_CAPACITY)
     assert (capacity["status"], capacity["reason"]) == ("True", "NotEnoughFreeNodes")

@@ -20,7 +20,17 @@ from hypothesis import strategies as st
 
 from nvlfleet import cli
 from nvlfleet.api import models, names, policy, problems
-from nvlfleet.core import commandline, demands, inventory, planner, profile_data, profiles, render, validation
+from nvlfleet.core import (
+    commandline,
+    demands,
+    inventory,
+    kubeobjects,
+    planner,
+    profile_data,
+    profiles,
+    render,
+    validation,
+)
 from nvlfleet.facts import facts, hardware
 from support import fleetbuilder as fb
 from support import golden_cases
@@ -685,7 +695,7 @@ def test_render_command_places_groups_on_the_given_nodes(capsys: pytest.CaptureF
     manifests = json.loads(out)
     serving = models.DeepSeekServing.model_validate(yaml.safe_load(EXAMPLE.read_text()))
     node_list = yaml.safe_load(NODES.read_text())["items"]
-    plan = planner.plan(inventory.from_objects(node_list), demands.of(serving))
+    plan = planner.plan(kubeobjects.from_objects(node_list), demands.of(serving))
     assert manifests == render.render(serving, plan.placement(inventory.ServingKey("inference", serving.metadata.name)))
     assert all(m["metadata"]["labels"]["nvlfleet.io/domain"] != "unpinned" for m in kinds(manifests, "LeaderWorkerSet"))
     assert err == ""

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nvlfleet.api import names, problems
-from nvlfleet.core import fieldsets, inventory
+from nvlfleet.core import fieldsets, inventory, kubeobjects
 
 
 def requests_gpus(spec: Mapping[str, Any], **_: Any) -> bool:
@@ -215,12 +215,12 @@ def _kept_object(obj: dict[str, Any]) -> dict[str, Any]:
 def parsed_node(name: str, body: Mapping[str, Any], found: list[problems.Problem]) -> inventory.Node | None:
     """A node as the ``fleet_nodes`` index holds it: trimmed, then parsed (None, with ``found`` saying why, when a
     field is malformed: the reconciler would leave it out too)."""
-    return inventory.parse_node(trim_node(body), f"nodes[{name}]", found)
+    return kubeobjects.parse_node(trim_node(body), f"nodes[{name}]", found)
 
 
 def parsed_pod(name: str, body: Mapping[str, Any]) -> inventory.GpuPod | None:
     """The GPUs a pod holds, as the ``bound_gpu_pods`` index holds them (None for an unbound or finished pod)."""
-    return inventory.parse_pod(trim_pod(body), f"pods[{name}]", [])
+    return kubeobjects.parse_pod(trim_pod(body), f"pods[{name}]", [])
 
 
 # One index of each child kind, by (namespace, serving): a pass reads its children there, not from the API server.

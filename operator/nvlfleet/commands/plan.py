@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import autoscaling, demands, inventory, placements, planner, validation
+from nvlfleet.core import autoscaling, demands, inventory, kubeobjects, placements, planner, validation
 
 _T = TypeVar("_T")
 
@@ -249,12 +249,12 @@ def _inventory(nodes_path: str, pods_path: str | None, label: str) -> inventory.
     nodes = [
         node
         for source, at, obj in _documents(nodes_path)
-        if (node := _parsed(source, at, obj, "Node", inventory.parse_node)) is not None
+        if (node := _parsed(source, at, obj, "Node", kubeobjects.parse_node)) is not None
     ]
     pods = [
         pod
         for source, at, obj in (_documents(pods_path) if pods_path else ())
-        if (pod := _parsed(source, at, obj, "Pod", inventory.parse_pod)) is not None
+        if (pod := _parsed(source, at, obj, "Pod", kubeobjects.parse_pod)) is not None
     ]
     return inventory.build(nodes, pods, label)
 

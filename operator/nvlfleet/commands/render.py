@@ -25,7 +25,17 @@ import yaml
 
 from nvlfleet.api import models, names, policy, problems
 from nvlfleet.commands import inputs, policyflags
-from nvlfleet.core import autoscaling, demands, disaggregation, inventory, planner, profiles, render, validation
+from nvlfleet.core import (
+    autoscaling,
+    demands,
+    disaggregation,
+    inventory,
+    kubeobjects,
+    planner,
+    profiles,
+    render,
+    validation,
+)
 
 
 class BadInput(Exception):
@@ -159,7 +169,7 @@ def _placements(
     nodes = [obj for _, obj in _documents(nodes_path)]
     pods = [obj for _, obj in _documents(pods_path)] if pods_path else []
     try:
-        inv = inventory.from_objects(nodes, pods, labels.pop())
+        inv = kubeobjects.from_objects(nodes, pods, labels.pop())
         wanted = [d for _, s in servings for d in demands.of(s)]
     except problems.InvalidSpec as err:
         raise BadInput(_problems(nodes_path, err.problems)) from None

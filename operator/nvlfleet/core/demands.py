@@ -8,7 +8,7 @@ operator's reconciler, ``nvlfleet plan`` and ``nvlfleet render --nodes`` turn ea
 from __future__ import annotations
 
 from nvlfleet.api import models
-from nvlfleet.core import inventory, placements, planner
+from nvlfleet.core import inventory, kubeobjects, placements, planner
 from nvlfleet.facts import hardware
 
 
@@ -18,7 +18,7 @@ def requirements(spec: models.DeepSeekServingSpec) -> inventory.NodeRequirements
     return inventory.NodeRequirements(
         gpu_product=gen.product,
         gpus_per_node=gen.gpus_per_node,
-        tolerations=inventory.parse_tolerations([t.to_wire() for t in spec.pod.tolerations], "spec.pod.tolerations"),
+        tolerations=kubeobjects.parse_tolerations([t.to_wire() for t in spec.pod.tolerations], "spec.pod.tolerations"),
         node_selector=tuple(sorted(spec.pod.node_selector.items())),
         scope="clique" if gen.multi_node_nvlink else "node",
     )

@@ -58,6 +58,7 @@ from nvlfleet.core import (
     fieldsets,
     health,
     inventory,
+    kubeobjects,
     leaderworkersets,
     placements,
     planner,
@@ -99,9 +100,9 @@ class Snapshot:
     """Everything one reconcile pass looks at, as the API server returned it (plain dicts).
 
     ``children``: objects labelled as this serving's children, of every child kind. ``nodes``: Node objects, or
-    nodes the adapter already parsed (``inventory.parse_node``, once per watch event rather than every pass).
+    nodes the adapter already parsed (``kubeobjects.parse_node``, once per watch event rather than every pass).
     ``pods``: pods requesting GPUs anywhere in the cluster (bound or not), which include this serving's own
-    pods; ``bound``: the same pods as the adapter already parsed them (``inventory.parse_pod``, once per watch
+    pods; ``bound``: the same pods as the adapter already parsed them (``kubeobjects.parse_pod``, once per watch
     event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
     or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
     installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
@@ -307,12 +308,12 @@ def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
     nodes = [
         n
         for i, o in enumerate(snap.nodes)
-        if (n := o if isinstance(o, inventory.Node) else inventory.parse_node(o, f"nodes[{i}]", ignored))
+        if (n := o if isinstance(o, inventory.Node) else kubeobjects.parse_node(o, f"nodes[{i}]", ignored))
     ]
     pods = (
         snap.bound
         if snap.bound is not None
-        else [p for i, o in enumerate(snap.pods) if (p := inventory.parse_pod(o, f"pods[{i}]", ignored))]
+        else [p for i, o in enumerate(snap.pods) if (p := kubeobjects.parse_pod(o, f"pods[{i}]", ignored))]
     )
     return inventory.build(nodes, pods, domain_label)
 
