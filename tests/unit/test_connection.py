@@ -154,6 +154,22 @@ def test_an_exec_credential_without_token_or_certificate_is_refused(tmp_path: pa
         )
 
 
+def test_an_exec_plugins_renewed_certificates_leave_only_the_last_two_on_disk() -> None:
+    files = connection.PemFiles()
+    issued = [
+        connection.exec_credentials(
+            connection.Credentials(server="s"),
+            json.dumps({"status": {"clientCertificateData": f"CERT {i}", "clientKeyData": f"KEY {i}"}}).encode(),
+            files,
+        )
+        for i in range(3)
+    ]
+
+    on_disk = [pathlib.Path(str(c.cert_file)).exists() and pathlib.Path(str(c.key_file)).exists() for c in issued]
+    assert on_disk == [False, True, True]  # the one just replaced may still be read by a pool built from it
+    assert pathlib.Path(str(issued[2].cert_file)).read_text() == "CERT 2"
+
+
 def service_account(tmp_path: pathlib.Path, token: str) -> pathlib.Path:
     (tmp_path / "token").write_text(token)
     (tmp_path / "ca.crt").write_text("PEM")
@@ -220,7 +236,7 @@ async def handshake(cert: str, key: str, client: ssl.SSLContext) -> str:
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(cert, key)
     named: list[str | None] = []
-    served.sni_callback = lambda sock, sni, ctx: named.append(sni)  # type: ignore[assignment, misc]
+    served.sni_callback = lambda sock, sni, ctx: named.append(sni)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"hello")

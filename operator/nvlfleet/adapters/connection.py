@@ -24,6 +24,7 @@ kubelet, and a token read once at start-up stops working within hours.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime
 import json
@@ -163,10 +164,12 @@ class _ServerNamed(ssl.SSLContext):
 
 class PemFiles:
     """A private directory (mode 0700) for the certificates and keys a kubeconfig or an exec plugin gives inline:
-    the TLS library reads them from files only. Removed when its connection goes, or at exit."""
+    the TLS library reads them from files only. Removed when its connection goes, or at exit. An exec plugin's
+    certificate is renewed for the process's lifetime (``renewed``): only the last two renewals' files are kept."""
 
     def __init__(self) -> None:
         self.directory: str | None = None
+        self._renewals: collections.deque[tuple[str, ...]] = collections.deque()
 
     def write(self, content: bytes) -> str:
         if self.directory is None:
@@ -176,6 +179,15 @@ class PemFiles:
         with os.fdopen(fd, "wb") as out:
             out.write(content)
         return path
+
+    def renewed(self, *paths: str) -> None:
+        """``paths`` hold the credential that replaces the last one renewed: the files of the one before that go.
+        The credential just replaced is kept: a pool or a kopf session built from it reads its files until it is
+        built again (at its next request, or at kopf's next login), long before the next renewal."""
+        self._renewals.append(paths)
+        while len(self._renewals) > 2:
+            for path in self._renewals.popleft():
+                pathlib.Path(path).unlink(missing_ok=True)
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
@@ -372,11 +384,15 @@ def exec_credentials(
         except ValueError as err:
             raise CredentialsError(f"{command}: expirationTimestamp is not a time: {err}") from err
         expiration = stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
+    cert_file, key_file = fixed.cert_file, fixed.key_file
+    if cert and key:
+        cert_file, key_file = files.write(str(cert).encode()), files.write(str(key).encode())
+        files.renewed(cert_file, key_file)
     return dataclasses.replace(
         fixed,
         token=str(token) if token else fixed.token,
-        cert_file=files.write(str(cert).encode()) if cert and key else fixed.cert_file,
-        key_file=files.write(str(key).encode()) if cert and key else fixed.key_file,
+        cert_file=cert_file,
+        key_file=key_file,
         refresh_at=expiration - EXEC_MARGIN if expiration else None,
         expiration=expiration,
     )
