@@ -1,14 +1,15 @@
 """The operator's caches over its watches: read-your-writes over the LeaderWorkerSet index (``caches.Written``) —
 a group this process placed a moment ago holds its trays for the next pass even before the watch delivers it,
 and stops overriding the index as soon as the index has caught up — and the fleet view shared by passes until
-a watched object changes (``Operator.changed``)."""
+a watched object changes in a way the view reads (``Operator.changed``, ``fleetversion``)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
-from nvlfleet.adapters import caches, operator
+from nvlfleet.adapters import caches, main, operator
 from nvlfleet.adapters.config import Config
 from nvlfleet.core import reconciler
 from support import fleetbuilder as fb
@@ -142,3 +143,62 @@ def test_passes_share_the_merged_fleet_until_a_leaderworkerset_is_seen_or_writte
     op.indices["fleet_lws"][None][0] = lws("a", 3, "7")  # the watch delivered a change: ``lws_event`` says so
     op.changed()
     assert replicas(op._cached(snapshot).fleet) == {"a": 3, "b": 2}
+
+
+def _viewed(op: operator.Operator) -> reconciler.FleetView | None:
+    snapshot = reconciler.Snapshot(
+        serving=sb.serving_dict(),
+        now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC),
+        served=frozenset({"LeaderWorkerSet"}),
+    )
+    return op._cached(snapshot).view
+
+
+def _event(handler: Any, op: operator.Operator, body: dict[str, Any], event_type: str = "MODIFIED") -> None:
+    meta = body["metadata"]
+    labels = meta.get("labels") or {}
+    memo = _Memo(op)
+    asyncio.run(
+        handler(namespace=meta["namespace"], name=meta["name"], labels=labels, body=body, type=event_type, memo=memo)
+    )
+
+
+class _Memo:
+    def __init__(self, op: operator.Operator) -> None:
+        self.operator = op
+
+
+def test_a_leaderworkersets_status_write_leaves_the_shared_fleet_view_as_it_was() -> None:
+    op = operator.Operator(Config())
+    op.indices = {"fleet_lws": {None: [lws("a", 1, "5")]}}
+    _event(main.lws_event, op, lws("a", 1, "5"), "ADDED")
+    first = _viewed(op)
+
+    written = {**lws("a", 1, "6"), "status": {"readyReplicas": 1}}  # the controller's status write
+    op.indices["fleet_lws"][None][0] = written
+    _event(main.lws_event, op, written)
+    assert _viewed(op) is first
+
+    scaled = lws("a", 2, "7")
+    op.indices["fleet_lws"][None][0] = scaled
+    _event(main.lws_event, op, scaled)
+    assert _viewed(op) is not first
+
+
+def test_a_gpu_pod_coming_up_leaves_the_shared_fleet_view_as_it_was_until_it_is_bound_or_gone() -> None:
+    op = operator.Operator(Config())
+    pending = fb.pod("p", None, namespace="team", phase="Pending")
+    _event(main.gpu_pod_event, op, pending, "ADDED")
+    first = _viewed(op)
+
+    bound = fb.pod("p", "rack-0-tray-0", namespace="team", phase="Pending")
+    _event(main.gpu_pod_event, op, bound)
+    second = _viewed(op)
+    assert second is not first
+
+    ready = {**fb.pod("p", "rack-0-tray-0", namespace="team"), "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    _event(main.gpu_pod_event, op, ready)
+    assert _viewed(op) is second
+
+    _event(main.gpu_pod_event, op, ready, "DELETED")
+    assert _viewed(op) is not second

@@ -87,6 +87,14 @@ def trim_lws(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def lws_summary(body: Mapping[str, Any]) -> str:
+    """What a fleet view reads of a LeaderWorkerSet (``trim_lws`` without its resourceVersion), as compact JSON: the
+    controller's status writes leave it as it was (``fleetversion``)."""
+    trimmed = trim_lws(body)
+    del trimmed["metadata"]["resourceVersion"]
+    return json.dumps(trimmed, sort_keys=True, separators=(",", ":"))
+
+
 def node_summary(body: Mapping[str, Any]) -> tuple[Any, ...]:
     """What placement depends on, without heartbeats: a change here is worth a re-plan."""
     node = trim_node(body)

@@ -405,9 +405,11 @@ async def node_event(name: str, body: kopf.Body, type: str, memo: kopf.Memo, **_
 
 
 @kopf.on.event("pods", when=caches.requests_gpus)
-async def gpu_pod_event(namespace: str | None, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any) -> None:
+async def gpu_pod_event(
+    namespace: str | None, name: str, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
+) -> None:
     op = _listed(memo)
-    op.changed()
+    op.fleet_object_seen("Pod", f"{namespace}/{name}", None if type == "DELETED" else caches.parsed_pod(name, body))
     serving = (body.get("metadata", {}).get("labels") or {}).get(names.SERVING_LABEL)
     if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))
@@ -427,7 +429,8 @@ async def lws_event(
     op = _listed(memo)
     op.written.seen(body, deleted=type == "DELETED")
     op.child_seen(body, deleted=type == "DELETED")
-    op.changed()
+    uid = str(body.get("metadata", {}).get("uid") or "")
+    op.fleet_object_seen("LeaderWorkerSet", uid, None if type == "DELETED" else caches.lws_summary(body))
     serving = labels.get(names.SERVING_LABEL)
     if serving and namespace and op.watched(namespace) and type is not None:  # see _LISTED
         op.nudges.add(inventory.ServingKey(namespace, serving))

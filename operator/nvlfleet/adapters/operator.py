@@ -43,14 +43,23 @@ import asyncio
 import dataclasses
 import datetime
 import functools
-import itertools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
-from nvlfleet.adapters import caches, connection, exporter, kube, nudges, passevents, passinputs, servingtelemetry
+from nvlfleet.adapters import (
+    caches,
+    connection,
+    exporter,
+    fleetversion,
+    kube,
+    nudges,
+    passevents,
+    passinputs,
+    servingtelemetry,
+)
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import names, ownership, reasons
 from nvlfleet.core import inventory, reconciler
@@ -90,9 +99,8 @@ class Operator:
         self._settled: dict[inventory.ServingKey, passinputs.Inputs] = {}
         self.diff_bases = caches.DiffBases()
         self.in_flight = nudges.InFlight()  # servings with a pass begun: waiting to start, or running
-        # Versions of what the watch caches hold, and the fleet views computed from them (per domain label).
-        self._versions = itertools.count(1)
-        self._version = 0
+        # The version of what fleet views read, and the views computed from it (per domain label).
+        self.fleet_version = fleetversion.FleetVersion()
         self._views: dict[str, tuple[int, reconciler.FleetView]] = {}
         self._fleet: tuple[int, list[Mapping[str, Any]]] = (-1, [])  # the merged fleet_lws index, by version
         self.nudges = nudges.Nudges(config.debounce_seconds)
@@ -100,7 +108,6 @@ class Operator:
         self.metrics = exporter.OperatorMetrics()
         self.telemetry = servingtelemetry.ServingTelemetry(self.metrics)
         self.tasks: list[asyncio.Task[None]] = []
-        self.nodes_seen: dict[str, tuple[Any, ...]] = {}
         self._served: dict[str, tuple[bool, float]] = {}
         # With leader election: False once this replica may have lost the Lease (then it writes nothing).
         self.fence = fence
@@ -238,8 +245,9 @@ class Operator:
 
     def _cached(self, snap: reconciler.Snapshot) -> reconciler.Snapshot:
         """``snap`` with nodes, GPU pods and the fleet from the watch caches, and their ``reconciler.FleetView``:
-        computed once and shared by every pass until one of those objects changes (``changed``)."""
-        version = self._version  # read before the caches: a view is never filed under a newer version than its data
+        computed once and shared by every pass until what a view reads of those objects changes (``fleetversion``)."""
+        # Read before the caches: a view is never filed under a newer version than its data.
+        version = self.fleet_version.value
         lws = names.LEADER_WORKER_SET.kind in snap.served
         if not lws:
             fleet: list[Mapping[str, Any]] = []
@@ -267,8 +275,14 @@ class Operator:
         return dataclasses.replace(snap, view=filed[1])
 
     def changed(self) -> None:
-        """A node, GPU pod or nvlfleet LeaderWorkerSet changed (or this process applied one): views are stale."""
-        self._version = next(self._versions)
+        """Something fleet views read changed with no summary to compare (this process applied a LeaderWorkerSet,
+        a serving appeared or went): views are stale."""
+        self.fleet_version.bump()
+
+    def fleet_object_seen(self, kind: str, name: str, summary: Hashable | None) -> None:
+        """A GPU pod's or nvlfleet LeaderWorkerSet's watch event, as what views read of it: stale only if that
+        changed (``fleetversion``)."""
+        self.fleet_version.saw(kind, name, summary)
 
     def _observe(self, api: kube.Api, serving: Mapping[str, Any]) -> reconciler.Snapshot:
         """What one pass looks at: the serving's children from the API server; nodes, GPU pods and other
@@ -325,7 +339,7 @@ class Operator:
         pruned = sum(c.uid in self._pruned for c in children)
         # The fleet (every GPU pod and LeaderWorkerSet) counts only while groups wait for room: a placed serving's
         # plan keeps its groups, and what touches them (its pods, its racks' nodes) nudges it directly.
-        fleet = self._version if self._waits_for_room(key) else 0
+        fleet = self.fleet_version.value if self._waits_for_room(key) else 0
         # This serving's own writes and deletions the watch has not caught up with, not the whole process's: a
         # global count changed whenever any serving's write was delivered, and re-ran every settled serving.
         pending = self.applied.pending(key.namespace, key.name)
@@ -488,15 +502,12 @@ class Operator:
 
     def node_changed(self, name: str, summary: tuple[Any, ...] | None) -> None:
         """A node appeared, vanished, or changed in a way placement cares about."""
-        before = self.nodes_seen.pop(name, None)
-        if summary is not None:
-            self.nodes_seen[name] = summary
+        before = self.fleet_version.saw("Node", name, summary)
         if before == summary:
             return  # a heartbeat: nothing the inventory reads
-        self.changed()
         labels: dict[str, str] = {}
         for seen in (before, summary):
-            if seen is not None:
+            if isinstance(seen, tuple):  # caches.node_summary: its labels first
                 labels.update(seen[0])
         for key, known in self.known.items():
             domain = labels.get(known.domain_label) or labels.get(names.HOSTNAME_LABEL)
