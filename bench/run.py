@@ -324,6 +324,11 @@ class Bench:
                 f"steady state: nvlfleet had not reconciled all {n} servings within the {s.steady_startup_cap:.0f} s "
                 "start-up cap, so the window measures it still catching up, not idle"
             )
+        if r.sets_changed_in_window:
+            self.notes.append(
+                f"steady state: {r.sets_changed_in_window} LeaderWorkerSets changed during the idle window (another "
+                "controller still writing): the passes they caused are in its figures"
+            )
         if r.restart_seconds is None:
             self.notes.append(
                 f"steady state: after the restart nvlfleet had not passed all {n} servings within "
