@@ -40,7 +40,7 @@ from typing import Any, cast
 import aiohttp
 import kopf
 
-from nvlfleet.adapters import caches, connection, decoding, exporter, kube, nudges, prepopulation, webhook
+from nvlfleet.adapters import caches, connection, decoding, exporter, heap, kube, nudges, prepopulation, webhook
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
 from nvlfleet.api import names, problems
@@ -175,6 +175,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
     op.tasks.append(asyncio.create_task(op.telemetry.scraper.run(op.config.scrape_seconds), name="scraper"))
     op.tasks.append(asyncio.create_task(nudges.every(op.config.status_metrics_seconds, op.write_status_metrics)))
     op.tasks.append(asyncio.create_task(nudges.every(op.config.recheck_seconds, op.recheck_all), name="re-check"))
+    op.tasks.append(asyncio.create_task(nudges.every(op.config.recheck_seconds, heap.trim), name="heap trim"))
     for task in op.tasks:
         task.add_done_callback(_ended)
 
