@@ -75,6 +75,32 @@ def _refusal(message: str) -> set[str]:
     return set(_violations(f"Warning: pod: {found.group(1)}"))
 
 
+def _probe(level: str) -> client.V1Pod:
+    """A pod the given Pod Security level refuses: privileged for baseline; for restricted a plain pod (it would
+    run as root with its capabilities and no seccomp profile), which baseline admits."""
+    context = client.V1SecurityContext(privileged=True) if level == "baseline" else None
+    container = client.V1Container(name="c", image="busybox", security_context=context)
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"probe-{level}"), spec=client.V1PodSpec(containers=[container])
+    )
+
+
+def _enforce(core: client.CoreV1Api, namespace: str, level: str, wait_for: Wait) -> None:
+    """Label the namespace to enforce `level` and wait until admission does: Pod Security reads namespace labels
+    from an informer, so a pod created right after the patch can still be judged by the old level (a CI run saw
+    the first pod after switching to restricted admitted)."""
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}})
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_pod(namespace, _probe(level), dry_run="All")
+        except ApiException as err:
+            return err.status == 403 and f'violates PodSecurity "{level}:' in json.loads(err.body)["message"]
+        return False
+
+    wait_for(refused, 30, f"Pod Security to enforce {level} in {namespace}")
+
+
 def _example_pods() -> dict[str, dict[str, Any]]:
     """Every pod template of every example's LeaderWorkerSets (leaders and workers) as a pod, by a unique name."""
     pods = {}
@@ -104,7 +130,7 @@ def _unmet(core: client.CoreV1Api, namespace: str, pods: dict[str, dict[str, Any
 
 
 def test_every_examples_pods_pass_baseline_and_restricted_refuses_only_running_as_root(
-    namespace: str, api_client: client.ApiClient
+    namespace: str, api_client: client.ApiClient, wait_for: Wait
 ) -> None:
     core = client.CoreV1Api(api_client)
     pods = _example_pods()
@@ -113,8 +139,7 @@ def test_every_examples_pods_pass_baseline_and_restricted_refuses_only_running_a
 
     found = {}
     for level in ("baseline", "restricted"):
-        label = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}}
-        core.patch_namespace(namespace, label)
+        _enforce(core, namespace, level, wait_for)
         found[level] = _unmet(core, namespace, pods)
 
     assert found["baseline"] == {n: HOST_PATH_DEVIATIONS["baseline"] if n in host_path else set() for n in pods}
@@ -141,7 +166,7 @@ def test_pods_refused_under_restricted_degrade_the_serving_with_the_api_servers_
     api_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    _enforce(core, namespace, "restricted", wait_for)
     fleet = gb200_fleet(racks=1)
     start_operator()
     cluster.create(servings.serving("refused", fleet, groups=1, nodes=2))
@@ -171,7 +196,7 @@ def test_vllm_pods_run_unprivileged_and_the_hf_token_is_never_seen_by_nvlfleet(
     api_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    _enforce(core, namespace, "baseline", wait_for)
     marker = f"nvlfleet-marker-{uuid.uuid4().hex}"
     core.create_namespaced_secret(
         namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=SECRET), string_data={"token": marker})
