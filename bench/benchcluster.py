@@ -23,13 +23,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import runtimevenv
-import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localcluster import processes
 from prometheus_client import parser as prom_parser
 
-from nvlfleet.api import crd
+from nvlfleet.api import crd, yamltext
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IDENTITY_NAMESPACE = "nvlfleet-bench"
@@ -358,4 +357,4 @@ def _until(predicate: Any, timeout: float, what: str, interval: float = 0.25) ->
 
 
 def dump(obj: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(obj), sort_keys=False)
+    return yamltext.dump(obj)

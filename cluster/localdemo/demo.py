@@ -46,7 +46,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import binaries, cluster, computedomains, fleet, processes
 
 from localdemo import frontdoor, pressure, routers
-from nvlfleet.api import autoscaling, models, names
+from nvlfleet.api import autoscaling, models, names, yamltext
 from nvlfleet.core import inventory
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -354,7 +354,7 @@ def _apply_examples(running: cluster.Cluster, options: Options, step: Say) -> No
         f"--field-manager={FIELD_MANAGER}",
         "-f",
         "-",
-        stdin=yaml.safe_dump_all(docs, sort_keys=False),
+        stdin=yamltext.dump_all(docs),
     )
 
 

@@ -16,6 +16,7 @@ claiming an IMEX channel can never be allocated. The dry-run tests cover the Com
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 from collections.abc import Callable
@@ -26,7 +27,7 @@ import yaml
 from kubernetes import client
 from localcluster import fleet as fleets
 
-from nvlfleet.api import models, names
+from nvlfleet.api import models, names, yamltext
 from nvlfleet.core import commandline, demands, inventory, kubeobjects, planner, render
 from support import servingbuilder as sb
 
@@ -52,7 +53,7 @@ def apply(cluster: Any, manifests: list[dict[str, Any]], *, dry_run: bool) -> su
     args = ["apply", "--server-side", "--field-manager=nvlfleet", "-f", "-"]
     if dry_run:
         args.append("--dry-run=server")
-    return kubectl(cluster, *args, stdin=yaml.safe_dump_all(manifests, sort_keys=False))
+    return kubectl(cluster, *args, stdin=yamltext.dump_all(manifests))
 
 
 def in_namespace(path: pathlib.Path, namespace: str) -> list[models.DeepSeekServing]:
@@ -113,6 +114,36 @@ def test_every_example_renders_into_objects_the_api_server_accepts(
         assert result.returncode == 0, result.stderr
         applied = [line for line in result.stdout.splitlines() if "serverside-applied (server dry run)" in line]
         assert len(applied) == len(manifests), result.stdout
+
+
+def test_strings_go_yaml_would_read_as_numbers_reach_the_api_server_as_the_same_strings(
+    local_cluster: Any, namespace: str
+) -> None:
+    # A domain label such as 09876543 (an 8-digit hash) written plain was refused by kubectl: a CI run saw it.
+    values = {f"v{i}": value for i, value in enumerate(["12345e67", "09876543", "0o17", "1_0e5", "y", "N", ".5e3"])}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "go-strings", "namespace": namespace, "labels": {names.DOMAIN_LABEL: "09876543"}},
+        "data": values,
+    }
+
+    result = kubectl(
+        local_cluster,
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        stdin=yamltext.dump(config_map),
+    )
+
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)
+    assert applied["data"] == values
+    assert applied["metadata"]["labels"][names.DOMAIN_LABEL] == "09876543"
 
 
 def test_pinned_groups_run_on_their_rack_one_pod_per_tray(

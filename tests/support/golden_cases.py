@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from nvlfleet.api import models, names
+from nvlfleet.api import models, names, yamltext
 from nvlfleet.core import render
 from support import servingbuilder as sb
 
@@ -96,7 +96,7 @@ def rendered(case: Case) -> str:
 
 
 def dump(manifests: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(manifests, sort_keys=False, width=1000)
+    return yamltext.dump_all(manifests, width=1000)
 
 
 def main() -> None:

@@ -21,9 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import yaml
-
-from nvlfleet.api import models, names, policy, problems
+from nvlfleet.api import models, names, policy, problems, yamltext
 from nvlfleet.commands import inputs, policyflags
 from nvlfleet.core import (
     autoscaling,
@@ -108,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(manifests, indent=2))
     else:
-        sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False, width=1000))
+        sys.stdout.write(yamltext.dump_all(manifests, width=1000))
     return 2 if unplaced else 0
 
 
