@@ -31,35 +31,12 @@ _GO_SPECIAL_FLOAT = re.compile(r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
 _GO_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt ].*)?")
 # Booleans of YAML 1.1 as go-yaml v2 spells them (PyYAML's own list lacks y, Y, n and N), nulls, the merge key.
 _GO_WORDS = frozenset(
-    [
-        "y",
-        "Y",
-        "yes",
-        "Yes",
-        "YES",
-        "n",
-        "N",
-        "no",
-        "No",
-        "NO",
-        "true",
-        "True",
-        "TRUE",
-        "false",
-        "False",
-        "FALSE",
-        "on",
-        "On",
-        "ON",
-        "off",
-        "Off",
-        "OFF",
-        "~",
-        "null",
-        "Null",
-        "NULL",
-        "<<",
-    ]
+    {"y", "Y", "n", "N", "~", "<<"}
+    | {
+        spelt
+        for word in ("yes", "no", "true", "false", "on", "off", "null")
+        for spelt in (word, word.title(), word.upper())
+    }
 )
 
 
