@@ -344,3 +344,38 @@ def test_a_pass_over_a_failing_scaler_reads_what_keda_said_and_the_recheck_reads
     assert "connection refused" in conditions["Autoscaling"]["message"]
     deliver(op, api)
     assert rechecked(op)  # Events are not watched: a new one is read at the next re-check
+
+
+def rolling_out(op: operator.Operator, api: FakeApi, pods: int) -> None:
+    """The serving's LeaderWorkerSet with no group ready yet, and ``pods`` of its two pods in the pod index."""
+    (name, lws), *_ = [(n, c) for (k, n), c in api.children.items() if k == "LeaderWorkerSet"]
+    lws["status"] = {"readyReplicas": 0}
+    lws["metadata"]["resourceVersion"] = "901"
+    op.indices["gpu_pods"] = {
+        None: [
+            caches.trim_pod(fb.pod(f"{name}-{i}", f"tray-{i}", namespace=KEY.namespace, lws=name, group=0))
+            for i in range(pods)
+        ]
+    }
+    deliver(op, api)
+    api.calls.clear()
+
+
+def test_a_pass_over_a_rolling_out_group_whose_pods_all_exist_lists_no_events() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    rolling_out(op, api, pods=2)
+
+    asyncio.run(op.reconcile(KEY))
+
+    assert "list" not in api.calls
+
+
+def test_a_pass_over_a_rolling_out_group_missing_a_pod_lists_the_refusals() -> None:
+    op, api = operator_with_watch()
+    settle(op, api)
+    rolling_out(op, api, pods=1)
+
+    asyncio.run(op.reconcile(KEY))
+
+    assert "list" in api.calls

@@ -25,10 +25,10 @@ Choices worth knowing:
   kopf's children indexes (one per child kind), nodes and GPU pods from
   kopf's indexes, other servings' LeaderWorkerSets from the index — each merged with this process's own applies
   that the watch has not delivered yet (``caches.Written``). It asks the API server only for the StatefulSet
-  Events, and only while a LeaderWorkerSet is short of ready groups (a refused pod is said only there). What a
-  pass derives from the fleet (``reconciler.FleetView``: the inventory, every serving's groups) is computed once
-  and shared until one of its objects changes, so a thousand passes after a restart do not rebuild it a thousand
-  times.
+  Events, and only while a LeaderWorkerSet short of ready groups misses a pod (a refused pod is said only there,
+  and is a pod that does not exist: ``passevents``). What a pass derives from the fleet (``reconciler.FleetView``:
+  the inventory, every serving's groups) is computed once and shared until one of its objects changes, so a
+  thousand passes after a restart do not rebuild it a thousand times.
 * **Fenced writes.** With leader election (``nvlfleet.adapters.election``) the operator is given a ``fence``: a
   standby, and a leader whose last Lease renewal is older than the renew deadline, runs no pass and writes nothing,
   so two replicas never both reconcile. A standby that wins the Lease reconciles every serving at once
@@ -167,7 +167,7 @@ class Operator:
         self._remember(key, serving, decision)
         if decision.requeue_after is not None:
             self.nudges.add(key, decision.requeue_after)
-        elif not passevents.needed(snap.children) and read is not None:  # (Events are not watched: see needed)
+        elif not passevents.needed(snap.children, snap.pods) and read is not None:  # Events: not watched
             settled = self._settled_inputs(key, decision, read)
             if settled is not None:
                 self._settled[key] = settled
@@ -302,7 +302,6 @@ class Operator:
         for kind in names.CHILD_KINDS:
             if kind.kind in served and labelable:
                 children += self._children(api, kind, namespace, name, selector)
-        events = passevents.read(api, namespace, name, children) if labelable else []
         now = datetime.datetime.now(datetime.UTC)
         snap = reconciler.Snapshot(
             serving=serving,
@@ -310,10 +309,12 @@ class Operator:
             children=children,
             served=served,
             policy=self.config.policy,
-            events=events,
             prometheus_address=self.config.prometheus_address,
         )
-        return self._cached(snap)
+        snap = self._cached(snap)
+        if not labelable:
+            return snap
+        return dataclasses.replace(snap, events=passevents.read(api, namespace, name, children, snap.pods))
 
     def _children(
         self, api: kube.Api, kind: names.Kind, namespace: str, name: str, selector: Mapping[str, str]

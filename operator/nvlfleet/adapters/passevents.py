@@ -7,11 +7,15 @@ KEDA's ``KEDAScalerFailed`` Event about the ScaledObject (``core.autoscaling``).
 cost a read per pass, so a pass lists them only when its children say they can matter (``needed``); and because
 they are not watched, such a pass is never settled: the re-check reads them again (``Operator.reconcile``).
 
-While a fleet rolls out, every pass of every serving is short of pods, and the namespace holds a
+While a fleet rolls out, every pass of every serving is short of ready groups, and the namespace holds a
 ``SuccessfulCreate`` Event per pod created: listing all StatefulSet Events there cost 54 ms and 56 KB per pass at
 1,000 servings. So a pass asks the API server for the refusals only (``reason`` is a field the API server selects
 Events on), which is an empty list unless something is refused, and for the successes only of the serving's own
-StatefulSets that were refused, to see whether a later success ended the refusal.
+StatefulSets that were refused, to see whether a later success ended the refusal. And it asks only while a pod of
+a group short of readiness does not exist (``short_of_pods``): a refused pod is one that is not there, so once
+every pod of a LeaderWorkerSet exists (scheduled, starting, loading the model) no refusal can be what keeps it
+from ready. The API server answers such a list by scanning the namespace's Events, which grow with the fleet, and
+the passes of a roll-out grow with it too: before this, every pass of a roll-out asked.
 """
 
 from __future__ import annotations
@@ -22,39 +26,54 @@ from typing import Any
 
 from nvlfleet.adapters import kube
 from nvlfleet.api import names, objects
-from nvlfleet.core import autoscaling, health
+from nvlfleet.core import autoscaling, health, leaderworkersets
 
 log = logging.getLogger(__name__)
 
 
-def read(api: kube.Api, namespace: str, serving: str, children: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def read(
+    api: kube.Api,
+    namespace: str,
+    serving: str,
+    children: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
     """The Events a pass over ``serving``'s ``children`` needs: the refused pods of the namespace's StatefulSets
-    (and the successes after them on the serving's own) while a LeaderWorkerSet is short of ready groups; about
-    its ScaledObject while KEDA reports the trigger failing."""
+    (and the successes after them on the serving's own) while a LeaderWorkerSet short of ready groups misses one of
+    its ``pods`` (the GPU pods as watched); about its ScaledObject while KEDA reports the trigger failing."""
     children = list(children)
-    found = _refusals(api, namespace, children) if short_of_pods(children) else []
+    found = _refusals(api, namespace, children) if short_of_pods(children, pods) else []
     if scaler_failing(children):
         found += _listed(api, namespace, names.SCALED_OBJECT.kind, serving)
     return found
 
 
-def needed(children: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a pass over ``children`` reads Events — whether or not it finds any: the one it needs can be
-    recorded a moment after the change that made the pass look, so such a pass is never settled."""
+def needed(children: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a pass over ``children`` and ``pods`` reads Events — whether or not it finds any: the one it needs
+    can be recorded a moment after the change that made the pass look, so such a pass is never settled."""
     children = list(children)
-    return short_of_pods(children) or scaler_failing(children)
+    return short_of_pods(children, pods) or scaler_failing(children)
 
 
-def short_of_pods(children: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a LeaderWorkerSet among ``children`` has fewer ready groups than it asks for: only then can a pod
-    the API server refused matter."""
+def short_of_pods(children: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a LeaderWorkerSet among ``children`` has fewer ready groups than it asks for and fewer of its
+    ``pods`` (not being deleted) than those groups hold: only then can a pod the API server refused matter."""
+    short: dict[tuple[str, str], int] = {}  # (namespace, LeaderWorkerSet) → pods its groups hold
     for child in children:
         if child.get("kind") != names.LEADER_WORKER_SET.kind:
             continue
-        wanted = (child.get("spec") or {}).get("replicas", 1)
-        if (child.get("status") or {}).get("readyReplicas", 0) < wanted:
-            return True
-    return False
+        replicas, size = leaderworkersets.groups(child)
+        if objects.as_mapping(child.get("status")).get("readyReplicas", 0) < replicas:
+            meta = objects.as_mapping(child.get("metadata"))
+            short[(str(meta.get("namespace")), str(meta.get("name")))] = replicas * size
+    if not short:
+        return False
+    for pod in pods:
+        meta = objects.as_mapping(pod.get("metadata"))
+        owner = (str(meta.get("namespace")), str(objects.as_mapping(meta.get("labels")).get(names.LWS_NAME_LABEL)))
+        if owner in short and not meta.get("deletionTimestamp"):
+            short[owner] -= 1
+    return any(missing > 0 for missing in short.values())
 
 
 def scaler_failing(children: Iterable[Mapping[str, Any]]) -> bool:
