@@ -115,15 +115,60 @@ def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
         serving=sb.serving_dict(), now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC), served=frozenset()
     )
 
-    first, second = op._cached(snapshot), op._cached(snapshot)
+    first, second = op._cached(snapshot, fresh=True), op._cached(snapshot, fresh=True)
     assert first.view is not None and second.view is first.view
     assert len(first.view.inventory.nodes) == 36
 
     op.indices["fleet_nodes"][None].pop()
     op.changed()
-    third = op._cached(snapshot)
+    third = op._cached(snapshot, fresh=True)
     assert third.view is not first.view
     assert third.view is not None and len(third.view.inventory.nodes) == 35
+
+
+def _rack_snapshot(op: operator.Operator) -> reconciler.Snapshot:
+    nodes = fb.rack(0) + fb.rack(1)
+    op.indices = {"fleet_nodes": {None: [caches.parsed_node(n["metadata"]["name"], n, []) for n in nodes]}}
+    return reconciler.Snapshot(
+        serving=sb.serving_dict(), now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC), served=frozenset()
+    )
+
+
+def test_a_pass_that_places_nothing_reads_a_view_younger_than_half_the_debounce_though_the_fleet_moved() -> None:
+    op = operator.Operator(Config(debounce_seconds=60.0))
+    snapshot = _rack_snapshot(op)
+    first = op._cached(snapshot, fresh=False)
+
+    op.indices["fleet_nodes"][None].pop()
+    op.changed()
+
+    assert op._cached(snapshot, fresh=False).view is first.view
+
+
+def test_a_pass_that_places_nothing_reads_a_new_view_once_the_last_is_half_a_debounce_old() -> None:
+    op = operator.Operator(Config(debounce_seconds=0.0))  # (a view is half a debounce old at once)
+    snapshot = _rack_snapshot(op)
+    first = op._cached(snapshot, fresh=False)
+
+    op.indices["fleet_nodes"][None].pop()
+    op.changed()
+    later = op._cached(snapshot, fresh=False)
+
+    assert later.view is not first.view
+    assert later.view is not None and len(later.view.inventory.nodes) == 35
+
+
+def test_a_decision_that_places_groups_is_made_again_from_a_view_of_the_fleet_as_it_is_now() -> None:
+    op = operator.Operator(Config(debounce_seconds=60.0))
+    snapshot = _rack_snapshot(op)
+    first = op._cached(snapshot, fresh=False)
+
+    op.indices["fleet_nodes"][None].pop()
+    op.changed()
+    again = op._recached(first)
+
+    assert again.view is not first.view
+    assert again.view is not None and len(again.view.inventory.nodes) == 35
 
 
 def test_passes_share_the_merged_fleet_until_a_leaderworkerset_is_seen_or_written() -> None:
@@ -134,15 +179,15 @@ def test_passes_share_the_merged_fleet_until_a_leaderworkerset_is_seen_or_writte
         now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC),
         served=frozenset({"LeaderWorkerSet"}),
     )
-    assert replicas(op._cached(snapshot).fleet) == {"a": 1}
+    assert replicas(op._cached(snapshot, fresh=True).fleet) == {"a": 1}
 
     op.written.note(lws("b", 2, "6", uid="uid-2"))  # as ``Operator._apply`` does, then ``changed``
     op.changed()
-    assert replicas(op._cached(snapshot).fleet) == {"a": 1, "b": 2}
+    assert replicas(op._cached(snapshot, fresh=True).fleet) == {"a": 1, "b": 2}
 
     op.indices["fleet_lws"][None][0] = lws("a", 3, "7")  # the watch delivered a change: ``lws_event`` says so
     op.changed()
-    assert replicas(op._cached(snapshot).fleet) == {"a": 3, "b": 2}
+    assert replicas(op._cached(snapshot, fresh=True).fleet) == {"a": 3, "b": 2}
 
 
 def _viewed(op: operator.Operator) -> reconciler.FleetView | None:
@@ -151,7 +196,7 @@ def _viewed(op: operator.Operator) -> reconciler.FleetView | None:
         now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC),
         served=frozenset({"LeaderWorkerSet"}),
     )
-    return op._cached(snapshot).view
+    return op._cached(snapshot, fresh=True).view
 
 
 def _event(handler: Any, op: operator.Operator, body: dict[str, Any], event_type: str = "MODIFIED") -> None:
