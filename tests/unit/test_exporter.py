@@ -45,6 +45,20 @@ def test_operator_metrics_live_on_their_own_registry() -> None:
     assert b.registry.get_sample_value(names.RECONCILE_DURATION + "_count") == 0
 
 
+def test_the_free_node_gauges_follow_each_replacement() -> None:
+    metrics = exporter.OperatorMetrics()
+    value = metrics.registry.get_sample_value
+
+    metrics.set_free_nodes({"clique-a": 3, "clique-b": 0})
+    metrics.set_free_nodes({"clique-a": 3, "clique-b": 0})
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-a"}) == 3
+    metrics.set_free_nodes({"clique-b": 1, "clique-c": 4})
+
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-a"}) is None
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-b"}) == 1
+    assert value(names.DOMAIN_FREE_NODES, {"domain": "clique-c"}) == 4
+
+
 @pytest.mark.parametrize("port", [99999, -1])
 def test_a_port_the_exporter_cannot_listen_on_is_one_line_not_an_overflow(port: int) -> None:
     async def start() -> None:

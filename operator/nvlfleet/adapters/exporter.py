@@ -107,6 +107,7 @@ class OperatorMetrics:
             ["domain"],
             registry=r,
         )
+        self._free_nodes: dict[str, int] = {}  # as the gauges hold them
 
     @contextlib.contextmanager
     def reconciling(self, namespace: str, serving: str) -> Iterator[None]:
@@ -127,10 +128,18 @@ class OperatorMetrics:
             yield
 
     def set_free_nodes(self, free_by_domain: Mapping[str, int]) -> None:
-        """Replace the free-node gauges (domains that vanished disappear)."""
-        self.domain_free_nodes.clear()
+        """Replace the free-node gauges (domains that vanished disappear). Every pass that plans calls this with
+        every domain of the fleet, nearly always as the pass before left them, so only the series that change are
+        touched: clearing and setting 112 domains' series on each pass was 4% of the operator's CPU samples while
+        200 servings rolled out (``py-spy record --gil``)."""
+        if free_by_domain == self._free_nodes:
+            return
+        for domain in self._free_nodes.keys() - free_by_domain.keys():
+            self.domain_free_nodes.remove(domain)
         for domain, free in free_by_domain.items():
-            self.domain_free_nodes.labels(domain).set(free)
+            if self._free_nodes.get(domain) != free:
+                self.domain_free_nodes.labels(domain).set(free)
+        self._free_nodes = dict(free_by_domain)
 
     def set_conditions(self, namespace: str, serving: str, conditions: Mapping[str, bool]) -> None:
         """Replace a serving's condition gauges: ``{"Ready": True, "Placed": False, ...}``."""
