@@ -87,6 +87,8 @@ class Run:
     applied_seconds: float | None = None  # the plain client's apply loop alone
     timed_out: bool = False  # cut short at the time cap: ``seconds`` is a lower bound
     ready: int = 0  # servings (or pods) ready at the end
+    reads: float | None = None  # the operator's reads during the run (its watches' lists included)
+    passes: float | None = None  # the operator's reconcile passes during the run, when counted (``count_passes``)
 
 
 class ReadyWatch:
@@ -191,13 +193,17 @@ def run_operator(
     log_dir: Any,
     timeout: float = 900,
     profile: Callable[[int], Any] | None = None,
+    count_passes: bool = False,
 ) -> Run:
-    """N servings through a freshly started ``nvlfleet run``; see the module docstring."""
+    """N servings through a freshly started ``nvlfleet run``; see the module docstring. ``count_passes``: also
+    read the operator's pass counter from its /metrics (it then serves them on a free port)."""
     from proc import cpu_seconds
+    from steadystate import _free_port, _passes
 
     cluster.namespace(namespace)
     identity = cluster.identity("operator")
-    command = cluster.operator_command(identity, [namespace], recheck_seconds=60)
+    port = _free_port() if count_passes else 0
+    command = cluster.operator_command(identity, [namespace], recheck_seconds=60, metrics_port=port)
     operator = benchcluster.OperatorProcess(command, log_dir / f"operator-{namespace}.log").start()
     custom = client.CustomObjectsApi(cluster.admin)
     watcher = ReadyWatch(
@@ -214,7 +220,8 @@ def run_operator(
     profiler = None
     try:
         warm_up(custom, namespace, watcher)
-        before = cluster.requests().get("operator-writes", 0.0)
+        before = cluster.requests()
+        passes = _passes(port) if port else None
         cpu = cpu_seconds(operator.pid)
         if profile is not None:
             profiler = profile(operator.pid)
@@ -227,7 +234,11 @@ def run_operator(
             done, timed_out = time.monotonic(), True
         cpu = cpu_seconds(operator.pid) - cpu
         pods_done = pods.reached_at or done
-        writes = cluster.requests().get("operator-writes", 0.0) - before
+        requests = cluster.requests()
+        writes = requests.get("operator-writes", 0.0) - before.get("operator-writes", 0.0)
+        reads = requests.get("operator-reads", 0.0) - before.get("operator-reads", 0.0)
+        if passes is not None:
+            passes = _passes(port) - passes
         placements = {
             n: (o.get("status") or {}).get("placement") or {} for n, o in watcher.objects().items() if n != WARM_UP
         }
@@ -238,7 +249,17 @@ def run_operator(
         pods.stop()
         operator.stop()
     ready = sum(1 for n, o in watcher.objects().items() if n != WARM_UP and serving_ready(o))
-    return Run(done - started, writes, placements, cpu, pods_done - started, timed_out=timed_out, ready=ready)
+    return Run(
+        done - started,
+        writes,
+        placements,
+        cpu,
+        pods_done - started,
+        timed_out=timed_out,
+        ready=ready,
+        reads=reads,
+        passes=passes,
+    )
 
 
 def warm_up(custom: client.CustomObjectsApi, namespace: str, watcher: ReadyWatch, timeout: float = 300) -> None:

@@ -26,7 +26,11 @@ def available() -> str | None:
 class PySpy:
     """``py-spy record`` of one PID into ``output`` (collapsed stacks), stopped with SIGINT so it writes out."""
 
-    def __init__(self, pid: int, output: pathlib.Path, *, idle: bool = False, rate: int = 50) -> None:
+    def __init__(
+        self, pid: int, output: pathlib.Path, *, idle: bool = False, gil: bool = False, rate: int = 50
+    ) -> None:
+        """``gil``: sample only the thread holding the GIL, so the samples split the process's CPU (without it, a
+        worker thread waiting for the GIL or for a socket counts as much as the one running)."""
         exe = available()
         if exe is None:
             raise RuntimeError("py-spy is not installed (pip install py-spy)")
@@ -34,6 +38,8 @@ class PySpy:
         command = [exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "-o", str(output)]
         if idle:
             command.append("--idle")
+        if gil:
+            command.append("--gil")
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> pathlib.Path:

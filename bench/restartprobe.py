@@ -113,7 +113,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
     parser.add_argument("--namespace", default="steady-1000", help="the kept cluster's servings (figure 2's)")
     parser.add_argument("--repeats", type=int, default=3)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import pathlib
 
+import convergenceprobe
 import profiler
 import pytest
 import report
@@ -156,3 +158,30 @@ def test_every_required_summary_name_belongs_to_a_figure() -> None:
     import run
 
     assert [n for n in run.REQUIRED if run.why_null(n, set(), run.FULL, set()) == "no figure measures it"] == []
+
+
+def test_a_probe_summary_gives_each_figure_its_median_and_spread_and_leaves_out_one_never_measured() -> None:
+    runs = [
+        {"seconds": 92.0, "cpu_seconds": 20.0, "passes": None},
+        {"seconds": 94.0, "cpu_seconds": 24.0, "passes": None},
+        {"seconds": 93.0, "cpu_seconds": 22.0, "passes": None},
+    ]
+
+    assert convergenceprobe.summary(runs) == {"seconds": "93 (92–94)", "cpu_seconds": "22 (20–24)"}
+
+
+def test_a_py_spy_profile_of_cpu_samples_only_the_thread_holding_the_gil(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, command: list[str], **_: object) -> None:
+            started.append(command)
+
+    monkeypatch.setattr(profiler, "available", lambda: "py-spy")
+    monkeypatch.setattr(profiler.subprocess, "Popen", Popen)
+    profiler.PySpy(1234, tmp_path / "out.txt", gil=True)
+    profiler.PySpy(1234, tmp_path / "out.txt")
+
+    assert "--gil" in started[0] and "--gil" not in started[1]

@@ -14,8 +14,8 @@ Events on), which is an empty list unless something is refused, and for the succ
 StatefulSets that were refused, to see whether a later success ended the refusal. And it asks only while a pod of
 a group short of readiness does not exist (``short_of_pods``): a refused pod is one that is not there, so once
 every pod of a LeaderWorkerSet exists (scheduled, starting, loading the model) no refusal can be what keeps it
-from ready. The API server answers such a list by scanning the namespace's Events, which grow with the fleet, and
-the passes of a roll-out grow with it too: before this, every pass of a roll-out asked.
+from ready. The API server answers such a list by scanning the namespace's Events, which grow with the fleet, as
+the passes of a roll-out do, so a roll-out that asked on every pass cost the API server quadratic work.
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+"""Convergence side by side: N new servings through ``nvlfleet run`` from two or more source trees, one after the
+other, on a kept benchmark cluster, repeated; for each tree the median and spread of what figure 1 measures of
+the operator, and what it cost: the operator's CPU, reads, writes and reconcile passes.
+
+Debug tool beside figure 1 (``convergence``), not part of ``bench/run.py``: run figure 1 once with
+``--keep-cluster`` (or any figure: the cluster holds the 56-rack fleet), then compare trees
+(``git worktree add /tmp/old <commit>``). Each run is ``convergence.run_operator`` in a fresh namespace (created
+→ every serving Ready; pods Ready beside it), the namespace deleted and its pods gone before the next; no plain
+client runs, so a ratio here is tree against tree, not against the API server's limit. The trees alternate within
+each repeat, so a drift of the machine's load spreads over all of them. ``--profile DIR`` records each run's
+operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<tree index>-<repeat>.txt``.
+
+    PYTHONPATH=$PWD/cluster .venv/bin/python bench/convergenceprobe.py operator /tmp/old/operator --count 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import statistics
+import sys
+import time
+from typing import Any
+
+import benchcluster
+import convergence
+import profiler
+
+FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes")
+
+
+def run(
+    cluster: benchcluster.BenchCluster, tree: pathlib.Path, count: int, args: argparse.Namespace, tag: str
+) -> dict[str, Any]:
+    """One convergence of ``count`` servings through the operator from ``tree`` (its ``operator/`` directory, put
+    first on the path), in a namespace deleted afterwards."""
+    namespace = f"probe-{tag}-{int(time.time()) % 100000}"
+    profile = None
+    if args.profile is not None:
+        output = args.profile / f"{tag}.txt"
+        profile = lambda pid: profiler.PySpy(pid, output, gil=True, rate=100)  # noqa: E731
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tree.resolve())  # OperatorProcess hands the child this process's environment
+    try:
+        found = convergence.run_operator(
+            cluster, namespace, count, log_dir=args.out, timeout=args.cap, profile=profile, count_passes=True
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+        cluster.delete_namespace(namespace)
+    figures = {k: v for k, v in dataclasses.asdict(found).items() if k in FIGURES}
+    return {**figures, "ready": found.ready, "timed_out": found.timed_out, "load": os.getloadavg()[0]}
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Each figure's median and min–max over the runs (a figure some run could not measure is left out)."""
+    out = {}
+    for key in FIGURES:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            out[key] = f"{statistics.median(values):.4g} ({min(values):.4g}–{max(values):.4g})"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
+    parser.add_argument("--count", type=int, default=200, help="servings created per run (figure 1's N)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each tree, alternating")
+    parser.add_argument("--cap", type=float, default=900.0, help="seconds a run may take")
+    parser.add_argument("--profile", type=pathlib.Path, help="directory for a py-spy --gil profile of each run")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=benchcluster.REPO / ".bench" / "convergenceprobe",
+        help="directory for the operators' logs",
+    )
+    args = parser.parse_args(argv)
+    for tree in args.trees:
+        if not (tree / "nvlfleet" / "__init__.py").is_file():
+            parser.error(f"{tree} is not an operator/ directory (no nvlfleet/__init__.py in it)")
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
+    cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
+    say(f"{args.count} servings per run; {len(args.trees)} trees × {args.repeats} repeats")
+    runs: dict[pathlib.Path, list[dict[str, Any]]] = {tree: [] for tree in args.trees}
+    for repeat in range(args.repeats):
+        for i, tree in enumerate(args.trees):
+            found = run(cluster, tree, args.count, args, f"{i}-{repeat}")
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in found.items() if isinstance(v, float))
+            say(f"repeat {repeat + 1}, {tree}: {shown}{' (cut short)' if found['timed_out'] else ''}")
+            runs[tree].append(found)
+    for tree, found in runs.items():
+        print(f"\n{tree} (median of {len(found)}, min–max)")
+        for key, text in summary(found).items():
+            print(f"  {key:14} {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
