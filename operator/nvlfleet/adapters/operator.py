@@ -101,9 +101,7 @@ class Operator:
         self.in_flight = nudges.InFlight()  # servings with a pass begun: waiting to start, or running
         # The version of what fleet views read, and the views computed from it (per domain label).
         self.fleet_version = fleetversion.FleetVersion()
-        # Per domain label: (version, view, when it was built); see ``_cached`` for when an older one serves.
-        self._views: dict[str, tuple[int, reconciler.FleetView, float]] = {}
-        self._view_age = config.debounce_seconds / 2
+        self._views = fleetversion.Views(max_age=config.debounce_seconds / 2)
         self._fleet: tuple[int, list[Mapping[str, Any]]] = (-1, [])  # the merged fleet_lws index, by version
         self.nudges = nudges.Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
@@ -248,16 +246,8 @@ class Operator:
 
     def _cached(self, snap: reconciler.Snapshot, *, fresh: bool) -> reconciler.Snapshot:
         """``snap`` with nodes, GPU pods and the fleet from the watch caches, and their ``reconciler.FleetView``:
-        computed once and shared by every pass until what a view reads of those objects changes (``fleetversion``).
-
-        While a fleet rolls out, what a view reads changes with nearly every pass (one pod bound anywhere moves the
-        version), and a view is linear in the fleet: at 1,000 servings a pass that builds one takes 15 ms of CPU,
-        one handed a view 2 ms (``bench/reconcile_bench.py``). So unless ``fresh`` is asked for, a view built less
-        than half the nudge debounce ago serves though the version moved since. A decision that places groups is
-        made again under the fleet lock from a fresh view (``_recached``), and a serving waiting for room always
-        places some; any other pass reads its own children and pods as they are now, and the view only tells it
-        about the racks around its placed groups. And such a pass misses no change that asked for it: a watch
-        event nudges a pass a debounce later, after the view that pass reads was built."""
+        computed once and shared by every pass until what a view reads of those objects changes (``fleetversion``),
+        or, unless ``fresh``, for up to half a nudge debounce after (``fleetversion.Views``)."""
         # Read before the caches: a view is never filed under a newer version than its data.
         version = self.fleet_version.value
         lws = names.LEADER_WORKER_SET.kind in snap.served
@@ -281,10 +271,8 @@ class Operator:
         label = placement.get("domainLabel", names.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
         if not isinstance(label, str):
             return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
-        filed = self._views.get(label)
-        if filed is None or (filed[0] != version and (fresh or time.monotonic() - filed[2] >= self._view_age)):
-            filed = self._views[label] = (version, reconciler.fleet_view(snap, label), time.monotonic())
-        return dataclasses.replace(snap, view=filed[1])
+        view = self._views.view(label, version, functools.partial(reconciler.fleet_view, snap, label), fresh=fresh)
+        return dataclasses.replace(snap, view=view)
 
     def changed(self) -> None:
         """Something fleet views read changed with no summary to compare (this process applied a LeaderWorkerSet,
@@ -557,7 +545,8 @@ class Operator:
             now = None if serving is None else self.inputs(key, serving.resource_version)
             if settled is None or now is None or settled != now:
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("re-check of %s runs a pass: %s", key, _why_unsettled(settled, serving, now))
+                    why = passinputs.why_unsettled(settled, serving is not None, now)
+                    log.debug("re-check of %s runs a pass: %s", key, why)
                 self.nudges.add(key)
 
     async def take_over(self) -> None:
@@ -571,19 +560,6 @@ class Operator:
     async def write_status_metrics(self) -> None:
         """Copy tokens/s and revenue into the status of each serving this process reconciles."""
         await self.telemetry.write_status(self._api(), self.known, self.may_write)
-
-
-def _why_unsettled(
-    settled: passinputs.Inputs | None, serving: caches.Packed | None, now: passinputs.Inputs | None
-) -> str:
-    """Why a re-check runs a pass, in words (``passinputs.changes``): what makes an idle fleet busy."""
-    if serving is None:
-        return "the serving was not watched yet"
-    if settled is None:
-        return "its last pass did not settle (it applied or deleted children, or failed)"
-    if now is None:
-        return "the children's indexes are missing"
-    return passinputs.changes(settled, now)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -37,3 +37,15 @@ def changes(settled: Inputs, now: Inputs) -> str:
         for field, was, is_ in zip(Inputs._fields, settled, now, strict=True)
         if was != is_
     )
+
+
+def why_unsettled(settled: Inputs | None, watched: bool, now: Inputs | None) -> str:
+    """Why a re-check runs a pass, in words: what makes an idle fleet busy. ``watched``: whether the serving was
+    watched yet; ``now``: its inputs as they are (None without the children's indexes)."""
+    if not watched:
+        return "the serving was not watched yet"
+    if settled is None:
+        return "its last pass did not settle (it applied or deleted children, or failed)"
+    if now is None:
+        return "the children's indexes are missing"
+    return changes(settled, now)
