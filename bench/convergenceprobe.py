@@ -8,7 +8,7 @@ Debug tool beside figure 1 (``convergence``), not part of ``bench/run.py``: run 
 → every serving Ready; pods Ready beside it), the namespace deleted and its pods gone before the next; no plain
 client runs, so a ratio here is tree against tree, not against the API server's limit. The trees alternate within
 each repeat, so a drift of the machine's load spreads over all of them. ``--profile DIR`` records each run's
-operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<tree index>-<repeat>.txt``.
+operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<repeat>-<tree index>.txt``.
 
     PYTHONPATH=$PWD/cluster .venv/bin/python bench/convergenceprobe.py operator /tmp/old/operator --count 200
 """
@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import os
 import pathlib
-import statistics
 import sys
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import benchcluster
 import convergence
 import profiler
+import sidebyside
 
 FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes")
 
@@ -57,16 +57,6 @@ def run(
     return {**figures, "ready": found.ready, "timed_out": found.timed_out, "load": os.getloadavg()[0]}
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, str]:
-    """Each figure's median and min–max over the runs (a figure some run could not measure is left out)."""
-    out = {}
-    for key in FIGURES:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        if values:
-            out[key] = f"{statistics.median(values):.4g} ({min(values):.4g}–{max(values):.4g})"
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
@@ -81,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         help="directory for the operators' logs",
     )
     args = parser.parse_args(argv)
-    for tree in args.trees:
-        if not (tree / "nvlfleet" / "__init__.py").is_file():
-            parser.error(f"{tree} is not an operator/ directory (no nvlfleet/__init__.py in it)")
+    sidebyside.check_trees(parser, args.trees)
     if args.count < 1:
         parser.error("--count must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -92,17 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
     cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
     say(f"{args.count} servings per run; {len(args.trees)} trees × {args.repeats} repeats")
-    runs: dict[pathlib.Path, list[dict[str, Any]]] = {tree: [] for tree in args.trees}
-    for repeat in range(args.repeats):
-        for i, tree in enumerate(args.trees):
-            found = run(cluster, tree, args.count, args, f"{i}-{repeat}")
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in found.items() if isinstance(v, float))
-            say(f"repeat {repeat + 1}, {tree}: {shown}{' (cut short)' if found['timed_out'] else ''}")
-            runs[tree].append(found)
-    for tree, found in runs.items():
-        print(f"\n{tree} (median of {len(found)}, min–max)")
-        for key, text in summary(found).items():
-            print(f"  {key:14} {text}")
+    runs = sidebyside.alternate(
+        args.trees, args.repeats, lambda tree, tag: run(cluster, tree, args.count, args, tag), say
+    )
+    sidebyside.report(runs, FIGURES)
+    cut = sum(r["timed_out"] for found in runs.values() for r in found)
+    if cut:
+        print(f"\n{cut} run(s) cut short at --cap {args.cap:.0f} s: their seconds are lower bounds")
     return 0
 
 

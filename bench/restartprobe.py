@@ -18,7 +18,6 @@ import argparse
 import os
 import pathlib
 import signal
-import statistics
 import sys
 import time
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import benchcluster
 import memprobe
 import proc
+import sidebyside
 import steadystate
 from kubernetes import client
 
@@ -102,16 +102,6 @@ def _allocators(pid: int, out: pathlib.Path) -> dict[str, float]:
     return memprobe.allocators((out / f"{dump}.alloc").read_text())
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, str]:
-    """Each figure's median and min–max over the runs (a figure some run could not measure is left out)."""
-    out = {}
-    for key in runs[0]:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        if values:
-            out[key] = f"{statistics.median(values):.3g} ({min(values):.3g}–{max(values):.3g})"
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
@@ -123,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true", help="also dump what the allocators hold once idle")
     parser.add_argument("--out", type=pathlib.Path, default=benchcluster.REPO / ".bench" / "restartprobe")
     args = parser.parse_args(argv)
-    for tree in args.trees:
-        if not (tree / "nvlfleet" / "__init__.py").is_file():
-            parser.error(f"{tree} is not an operator/ directory (no nvlfleet/__init__.py in it)")
+    sidebyside.check_trees(parser, args.trees)
     args.out.mkdir(parents=True, exist_ok=True)
     say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
     cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
@@ -133,16 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     if count == 0:
         parser.error(f"namespace {args.namespace} holds no serving: run figure 2 with --keep-cluster first")
     say(f"{count} servings in {args.namespace}; {len(args.trees)} trees × {args.repeats} repeats")
-    runs: dict[pathlib.Path, list[dict[str, Any]]] = {tree: [] for tree in args.trees}
-    for repeat in range(args.repeats):
-        for i, tree in enumerate(args.trees):
-            found = start(cluster, tree, args.namespace, count, args, args.out, f"{repeat}-{i}")
-            say(f"repeat {repeat + 1}, {tree}: " + ", ".join(f"{k} {v:.3g}" for k, v in found.items() if v is not None))
-            runs[tree].append(found)
-    for tree, found in runs.items():
-        print(f"\n{tree} (median of {len(found)}, min–max)")
-        for key, text in summary(found).items():
-            print(f"  {key:24} {text}")
+    runs = sidebyside.alternate(
+        args.trees,
+        args.repeats,
+        lambda tree, tag: start(cluster, tree, args.namespace, count, args, args.out, tag),
+        say,
+    )
+    sidebyside.report(runs)
     return 0
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import pathlib
 
-import convergenceprobe
 import profiler
 import pytest
 import report
+import sidebyside
 
 
 def row(value: float | None, reference: float | None = None, **options: object) -> report.Row:
@@ -167,7 +167,7 @@ def test_a_probe_summary_gives_each_figure_its_median_and_spread_and_leaves_out_
         {"seconds": 93.0, "cpu_seconds": 22.0, "passes": None},
     ]
 
-    assert convergenceprobe.summary(runs) == {"seconds": "93 (92–94)", "cpu_seconds": "22 (20–24)"}
+    assert sidebyside.summary(runs) == {"seconds": "93 (92–94)", "cpu_seconds": "22 (20–24)"}
 
 
 def test_a_py_spy_profile_of_cpu_samples_only_the_thread_holding_the_gil(
