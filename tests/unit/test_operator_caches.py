@@ -107,26 +107,8 @@ def test_the_same_name_in_another_namespace_is_another_object() -> None:
     assert sorted((o["metadata"]["namespace"], o["spec"]["replicas"]) for o in fleet) == [("one", 3), ("two", 1)]
 
 
-def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
-    op = operator.Operator(Config())
-    nodes = fb.rack(0) + fb.rack(1)
-    op.indices = {"fleet_nodes": {None: [caches.parsed_node(n["metadata"]["name"], n, []) for n in nodes]}}
-    snapshot = reconciler.Snapshot(
-        serving=sb.serving_dict(), now=datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC), served=frozenset()
-    )
-
-    first, second = op._cached(snapshot, fresh=True), op._cached(snapshot, fresh=True)
-    assert first.view is not None and second.view is first.view
-    assert len(first.view.inventory.nodes) == 36
-
-    op.indices["fleet_nodes"][None].pop()
-    op.changed()
-    third = op._cached(snapshot, fresh=True)
-    assert third.view is not first.view
-    assert third.view is not None and len(third.view.inventory.nodes) == 35
-
-
 def _rack_snapshot(op: operator.Operator) -> reconciler.Snapshot:
+    """Two racks' nodes in ``op``'s node index, and a serving's snapshot before the caches are read."""
     nodes = fb.rack(0) + fb.rack(1)
     op.indices = {"fleet_nodes": {None: [caches.parsed_node(n["metadata"]["name"], n, []) for n in nodes]}}
     return reconciler.Snapshot(
@@ -134,13 +116,32 @@ def _rack_snapshot(op: operator.Operator) -> reconciler.Snapshot:
     )
 
 
+def _node_lost(op: operator.Operator) -> None:
+    """A node goes from the index, and the version views are filed under moves (as ``node_event`` does)."""
+    op.indices["fleet_nodes"][None].pop()
+    op.changed()
+
+
+def test_passes_share_one_fleet_view_until_a_watched_object_changes() -> None:
+    op = operator.Operator(Config())
+    snapshot = _rack_snapshot(op)
+
+    first, second = op._cached(snapshot, fresh=True), op._cached(snapshot, fresh=True)
+    assert first.view is not None and second.view is first.view
+    assert len(first.view.inventory.nodes) == 36
+
+    _node_lost(op)
+    third = op._cached(snapshot, fresh=True)
+    assert third.view is not first.view
+    assert third.view is not None and len(third.view.inventory.nodes) == 35
+
+
 def test_a_pass_that_places_nothing_reads_a_view_younger_than_half_the_debounce_though_the_fleet_moved() -> None:
     op = operator.Operator(Config(debounce_seconds=60.0))
     snapshot = _rack_snapshot(op)
     first = op._cached(snapshot, fresh=False)
 
-    op.indices["fleet_nodes"][None].pop()
-    op.changed()
+    _node_lost(op)
 
     assert op._cached(snapshot, fresh=False).view is first.view
 
@@ -150,8 +151,7 @@ def test_a_pass_that_places_nothing_reads_a_new_view_once_the_last_is_half_a_deb
     snapshot = _rack_snapshot(op)
     first = op._cached(snapshot, fresh=False)
 
-    op.indices["fleet_nodes"][None].pop()
-    op.changed()
+    _node_lost(op)
     later = op._cached(snapshot, fresh=False)
 
     assert later.view is not first.view
@@ -163,8 +163,7 @@ def test_a_decision_that_places_groups_is_made_again_from_a_view_of_the_fleet_as
     snapshot = _rack_snapshot(op)
     first = op._cached(snapshot, fresh=False)
 
-    op.indices["fleet_nodes"][None].pop()
-    op.changed()
+    _node_lost(op)
     again = op._recached(first)
 
     assert again.view is not first.view
