@@ -69,7 +69,6 @@ class Views:
     ) -> reconciler.FleetView:
         """The view of ``label`` for a pass that read the caches at ``version`` (``build`` makes one of them)."""
         filed = self._filed.get(label)
-        stale = filed is None or filed[0] != version
-        if filed is None or (stale and (fresh or time.monotonic() - filed[2] >= self._max_age)):
+        if filed is None or (filed[0] != version and (fresh or time.monotonic() - filed[2] >= self._max_age)):
             filed = self._filed[label] = (version, build(), time.monotonic())
         return filed[1]
