@@ -40,7 +40,18 @@ from typing import Any, cast
 import aiohttp
 import kopf
 
-from nvlfleet.adapters import caches, connection, decoding, exporter, heap, kube, nudges, prepopulation, webhook
+from nvlfleet.adapters import (
+    caches,
+    connection,
+    decoding,
+    exporter,
+    heap,
+    heartbeats,
+    kube,
+    nudges,
+    prepopulation,
+    webhook,
+)
 from nvlfleet.adapters.config import Config
 from nvlfleet.adapters.operator import Operator
 from nvlfleet.api import names, problems
@@ -142,6 +153,7 @@ class _ProgressAnnotations(kopf.AnnotationsProgressStorage):
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     decoding.install()  # before kopf's watchers start: no object, however deep, can end them
     prepopulation.install()  # before they start too: their workers wait on kopf's index pre-population
+    heartbeats.install()  # and a node's heartbeat, which changes nothing the operator keeps, never reaches them
     if "operator" not in memo:  # ``kopf run -m nvlfleet.adapters.main``: no ``nvlfleet run`` built one
         memo.operator = Operator(Config.from_env())
     op = _operator(memo)
