@@ -289,7 +289,7 @@ def _prepare_files(layout: components.Layout) -> None:
         credentials.client_cert_kubeconfig(layout.kubeconfig(identity.name), layout.server, layout.pki, identity.name)
     layout.config.mkdir(parents=True, exist_ok=True)
     data = pathlib.Path(__file__).with_name("data")
-    shutil.copyfile(data / "kwok-stages.yaml", layout.config / "kwok.yaml")
+    shutil.copyfile(data / components.KWOK_STAGES, layout.config / "kwok.yaml")
     shutil.copyfile(data / components.AUDIT_POLICY, layout.config / components.AUDIT_POLICY)
     (layout.config / "lws.yaml").write_text(components.lws_config(layout) + "\n")
     certs = layout.root / "lws-certs"

@@ -35,6 +35,7 @@ SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Serv
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_FALLBACK_POD_CIDR = "127.254.0.0/16"
 AUDIT_POLICY = "audit-policy.yaml"  # in data/, copied into the cluster's config directory
+KWOK_STAGES = "kwok-stages.yaml"  # in data/, copied into the cluster's config directory as kwok's config
 FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
 
 
@@ -182,6 +183,21 @@ def _kube_controller_manager(layout: Layout) -> list[str]:
 
 def _kube_scheduler(layout: Layout) -> list[str]:
     return [str(layout.binaries["kube-scheduler"]), *_delegated_auth(layout, "kube-scheduler")]
+
+
+def node_heartbeat_seconds() -> float:
+    """The longest a kwok node goes between two heartbeats (its status rewritten with a new heartbeat time, one
+    watch event per node): the ``node-heartbeat-with-lease`` stage's delay, whose jitter duration is the upper
+    bound of the random delay. A window that should see every node's heartbeat once lasts at least this long."""
+    import yaml
+
+    text = (pathlib.Path(__file__).with_name("data") / KWOK_STAGES).read_text()
+    for stage in yaml.safe_load_all(text):
+        if (stage or {}).get("metadata", {}).get("name") == "node-heartbeat-with-lease":
+            delay = stage["spec"]["delay"]
+            longest = max(delay["durationMilliseconds"], delay.get("jitterDurationMilliseconds", 0))
+            return float(longest) / 1000
+    raise ValueError(f"{KWOK_STAGES} has no node-heartbeat-with-lease stage")
 
 
 def _kwok(layout: Layout) -> list[str]:
