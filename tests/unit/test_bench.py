@@ -185,3 +185,13 @@ def test_a_py_spy_profile_of_cpu_samples_only_the_thread_holding_the_gil(
     profiler.PySpy(1234, tmp_path / "out.txt")
 
     assert "--gil" in started[0] and "--gil" not in started[1]
+
+
+def test_the_full_runs_idle_window_holds_one_re_check_and_one_heartbeat_of_every_kwok_node() -> None:
+    import run
+    import steadystate
+    from localcluster import components
+
+    assert run.FULL.steady_window is None  # the full run measures idle over steadystate.idle_window()
+    assert steadystate.idle_window() > components.node_heartbeat_seconds() >= 600
+    assert steadystate.idle_window() > steadystate.RECHECK_SECONDS
