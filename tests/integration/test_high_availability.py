@@ -42,9 +42,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LEASE = "nvlfleet-ha"
 KILLS = 5
 # A killed leader renewed at most RENEW_SECONDS before the kill, so its Lease expires 10-15 s after it; the standby
-# asks every RETRY_SECONDS, then its pass waits the nudge debounce (1 s) and writes. On an idle machine that is
-# 11-18 s; the rest is room for a loaded 2-core machine (a pass and kopf's event handling slowed down by other
-# work), not for a cold start: a takeover that restarts kopf blows it.
+# asks again just after the expiry it read (at most RETRY_SECONDS later), and its take-over passes start at once
+# (no nudge debounce) and write. The limit keeps the retry period and 5 s beyond the Lease: room for a loaded
+# 2-core machine (an ask, a pass and kopf's event handling slowed down by other work), not for a cold start: a
+# takeover that restarts kopf blows it.
 TAKEOVER_LIMIT_SECONDS = election.LEASE_SECONDS + election.RETRY_SECONDS + 5.0
 Wait = Callable[..., Any]
 

@@ -4,7 +4,9 @@ Adapter beside the data flow: it decides nothing about servings, it only says wh
 write (``Leadership.current``, the ``Operator``'s fence) and tells the operator when it has just become the
 leader (``take_over``). ``nvlfleet run --leader-election-lease`` runs ``elect`` next to kopf.
 
-It works the way controller-runtime does. A standby asks for the Lease every ``RETRY_SECONDS``; the leader renews
+It works the way controller-runtime does. A standby asks for the Lease every ``RETRY_SECONDS``, or sooner when the
+holder's Lease expires sooner (its renewTime + duration, read in the answer): it asks again right at expiry, so a
+killed leader's successor does not add up to a retry period of polling to the expiry. The leader renews
 it every ``RENEW_SECONDS`` and stops (``elect`` returns, ``nvlfleet run`` exits 1, so its Deployment restarts it as
 a standby) as soon as it cannot renew within ``RENEW_DEADLINE_SECONDS`` — before the Lease expires for the others
 (``LEASE_SECONDS``), so two replicas never write at once. Until it has stopped, a leader whose last successful
@@ -31,6 +33,7 @@ RENEW_DEADLINE_SECONDS = 10  # a leader that could not renew for this long stops
 # How often a standby asks for the Lease: it takes over at most this long after the Lease expired or was released
 # (controller-runtime's retry period); one GET a standby every 2 s is nothing to the API server.
 RETRY_SECONDS = 2
+EXPIRY_MARGIN_SECONDS = 0.05  # how long past the holder's expiry a standby asks again
 
 log = logging.getLogger("nvlfleet.election")
 
@@ -60,8 +63,8 @@ class Lease:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    async def ask(self) -> bool:
-        """Take or renew the Lease; True while this replica holds it."""
+    async def ask(self) -> kube.LeaseAnswer:
+        """Take or renew the Lease: whether this replica holds it, and when another holder's expires."""
         return await asyncio.to_thread(self.api.acquire_lease, self.namespace, self.name, self.identity, LEASE_SECONDS)
 
     async def release(self) -> None:
@@ -82,17 +85,25 @@ async def _acquire(lease: Lease) -> float:
     while True:
         sent = time.monotonic()
         try:
-            acquired = await lease.ask()
+            answer = await lease.ask()
         except kube.ApiError as err:  # the API server away for a moment: a standby keeps waiting, it does not crash
             log.warning("could not ask for Lease %s, asking again in %ss: %s", lease, RETRY_SECONDS, err)
-            acquired = False
-        if acquired:
+            answer = kube.LeaseAnswer(False)
+        if answer.held:
             log.info("became the leader (Lease %s)", lease)
             return sent
         if not announced:
             log.info("standing by: Lease %s is held by another replica", lease)
             announced = True
-        await asyncio.sleep(RETRY_SECONDS)
+        await asyncio.sleep(retry_in(answer))
+
+
+def retry_in(answer: kube.LeaseAnswer) -> float:
+    """How long a standby waits before asking again: ``RETRY_SECONDS``, or until just after the holder's Lease
+    expires if that is sooner (a few tens of milliseconds past it, so the next ask finds it expired)."""
+    if answer.expires_in is None:
+        return RETRY_SECONDS
+    return min(RETRY_SECONDS, max(answer.expires_in, 0.0) + EXPIRY_MARGIN_SECONDS)
 
 
 async def _renew(lease: Lease, leadership: Leadership) -> None:
@@ -101,7 +112,7 @@ async def _renew(lease: Lease, leadership: Leadership) -> None:
         await asyncio.sleep(RENEW_SECONDS)
         sent = time.monotonic()
         try:
-            held: bool | None = await lease.ask()
+            held: bool | None = (await lease.ask()).held
         except Exception as err:  # the API server may be unreachable for a moment; the deadline decides
             log.warning("could not renew Lease %s: %s", lease, err)
             held = None

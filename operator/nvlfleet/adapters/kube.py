@@ -23,6 +23,7 @@ Rules this module enforces, whoever calls it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -76,6 +77,15 @@ class ApiError(Exception):
         """A verdict on the object itself (invalid, over quota, denied by admission), which retrying the same
         write will not change: unlike a conflict, a throttle, a missing API or an unreachable server."""
         return 400 <= self.status < 500 and self.status not in (404, 409, 429)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseAnswer:
+    """What asking for a Lease found: whether the asker holds it now, and, when another holder's Lease has not
+    expired yet, the seconds until it does (by the asker's clock against the holder's renewTime)."""
+
+    held: bool
+    expires_in: float | None = None
 
 
 def connect(kubeconfig: str | None = None) -> connection.Connection:
@@ -288,8 +298,9 @@ class Api:
 
     # -- leases (leader election) ---------------------------------------------------------------------------
 
-    def acquire_lease(self, namespace: str, name: str, identity: str, duration_seconds: int) -> bool:
-        """Take or renew the Lease ``name`` for ``identity``; True while ``identity`` holds it.
+    def acquire_lease(self, namespace: str, name: str, identity: str, duration_seconds: int) -> LeaseAnswer:
+        """Take or renew the Lease ``name`` for ``identity``: whether ``identity`` holds it, and, when another
+        holder's Lease has not expired, in how many seconds it will by this process's clock.
 
         Optimistic concurrency on resourceVersion makes two candidates racing for an expired lease agree: the
         second write fails with 409 and that candidate stays a follower.
@@ -314,16 +325,17 @@ class Api:
                 self.request("POST", names.LEASE.path(namespace), body=body)
             except ApiError as err:
                 if err.conflict:
-                    return False
+                    return LeaseAnswer(False)
                 raise
-            return True
+            return LeaseAnswer(True)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
         renewed = _parse_time(spec.get("renewTime"))
         duration = int(spec.get("leaseDurationSeconds") or duration_seconds)
         expired = renewed is None or (now - renewed).total_seconds() > duration
         if holder not in (identity, None, "") and not expired:
-            return False
+            assert renewed is not None  # not expired
+            return LeaseAnswer(False, duration - (now - renewed).total_seconds())
         if holder != identity:
             spec["acquireTime"] = stamp
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
@@ -333,9 +345,9 @@ class Api:
             self.request("PUT", names.LEASE.path(namespace, name), body=lease)
         except ApiError as err:
             if err.conflict:
-                return False
+                return LeaseAnswer(False)
             raise
-        return True
+        return LeaseAnswer(True)
 
     def release_lease(self, namespace: str, name: str, identity: str) -> None:
         """Give the Lease up on a clean shutdown so a standby takes over at once instead of after expiry."""

@@ -51,8 +51,11 @@ class Nudges:
     def held(self) -> bool:
         return not self._released.is_set()
 
-    def add(self, key: inventory.ServingKey, delay: float = 0.0) -> None:
-        when = time.monotonic() + max(delay, self._debounce)
+    def add(self, key: inventory.ServingKey, delay: float = 0.0, *, debounced: bool = True) -> None:
+        """A pass of ``key`` due after ``delay``, and not before the debounce unless ``debounced`` is False: a
+        take-over has nothing left to coalesce (the standby's watch saw every change already), and its first pass
+        is the figure a failover is judged by."""
+        when = time.monotonic() + (max(delay, self._debounce) if debounced else delay)
         self._due[key] = min(self._due.get(key, when), when)
         self._wake.set()
 

@@ -532,7 +532,7 @@ class Operator:
         and from its own passes."""
         return {*_store(self.indices, "servings"), *self.known}
 
-    async def recheck_all(self) -> None:
+    async def recheck_all(self, *, debounced: bool = True) -> None:
         """The periodic level check: a nudge for every serving this process knows whose inputs changed since its
         last pass changed nothing (``inputs``), so each pass queues behind the lock like any other and a failed one
         is retried by the nudger. A serving whose inputs hold costs no API call: its children's drift would have
@@ -547,7 +547,7 @@ class Operator:
                 if log.isEnabledFor(logging.DEBUG):
                     why = passinputs.why_unsettled(settled, serving is not None, now)
                     log.debug("re-check of %s runs a pass: %s", key, why)
-                self.nudges.add(key)
+                self.nudges.add(key, debounced=debounced)
 
     async def take_over(self) -> None:
         """This replica has just won the Lease: a pass for every serving, at once. While it stood by, its watch saw
@@ -555,7 +555,7 @@ class Operator:
         and kopf will not call them again for a serving until that serving changes."""
         log.info("taking over: a pass for each of %d serving(s)", len(self.servings()))
         self._settled.clear()
-        await self.recheck_all()
+        await self.recheck_all(debounced=False)
 
     async def write_status_metrics(self) -> None:
         """Copy tokens/s and revenue into the status of each serving this process reconciles."""
