@@ -1,7 +1,7 @@
 """When a standby asks for the Lease again (nvlfleet.adapters.election): every retry period, or right after the
 holder's Lease expires if that is sooner, so a killed leader's successor takes over at expiry, not up to a retry
-period later; and a take-over's passes start without the nudge debounce. The Lease itself, the takeover and the fencing run against the real cluster in
-tests/integration/test_high_availability.py."""
+period later; and a take-over's passes start without the nudge debounce. The Lease itself, the takeover and the
+fencing run against the real cluster in tests/integration/test_high_availability.py."""
 
 from __future__ import annotations
 
