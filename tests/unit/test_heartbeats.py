@@ -11,13 +11,9 @@ from typing import Any
 
 import pytest
 from kopf._cogs.clients import watching
-from kopf._cogs.structs import references
 
 from nvlfleet.adapters import caches, heartbeats
 from support import fleetbuilder
-
-NODES = references.Resource(group="", version="v1", plural="nodes")
-LWS = references.Resource(group="leaderworkerset.x-k8s.io", version="v1", plural="leaderworkersets")
 
 
 def watched_node(version: int, heartbeat: str = "2026-12-06T20:00:00Z", **kwargs: Any) -> dict[str, Any]:
@@ -34,7 +30,7 @@ def event(kind: str | None, obj: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, "object": copy.deepcopy(obj)}
 
 
-def passed(resource: references.Resource, events: list[Any]) -> list[Any]:
+def passed(events: list[Any]) -> list[Any]:
     """What kopf receives from a watch that yielded ``events``, through the patched ``continuous_watch``."""
 
     async def original(**_: Any) -> AsyncIterator[Any]:
@@ -43,7 +39,7 @@ def passed(resource: references.Resource, events: list[Any]) -> list[Any]:
 
     async def collect() -> list[Any]:
         watch = heartbeats.dropping_repeats(original)
-        return [e async for e in watch(resource=resource, settings=None, namespace=None)]
+        return [e async for e in watch(resource=None, settings=None, namespace=None)]
 
     return asyncio.run(collect())
 
@@ -52,14 +48,14 @@ def test_a_heartbeat_of_a_listed_node_is_dropped() -> None:
     listed = event(None, watched_node(1))
     beat = event("MODIFIED", watched_node(2, heartbeat="2026-12-06T20:10:00Z"))
 
-    assert passed(NODES, [listed, beat]) == [listed]
+    assert passed([listed, beat]) == [listed]
 
 
 def test_a_node_turning_not_ready_passes_though_only_its_condition_changed() -> None:
     listed = event(None, watched_node(1))
     not_ready = event("MODIFIED", watched_node(2, ready=False))
 
-    assert passed(NODES, [listed, not_ready]) == [listed, not_ready]
+    assert passed([listed, not_ready]) == [listed, not_ready]
 
 
 def test_a_node_relabelled_passes_and_its_next_heartbeat_is_dropped() -> None:
@@ -67,14 +63,14 @@ def test_a_node_relabelled_passes_and_its_next_heartbeat_is_dropped() -> None:
     relabelled = event("MODIFIED", watched_node(2, labels={"team": "b"}))
     beat = event("MODIFIED", watched_node(3, heartbeat="2026-12-06T20:10:00Z", labels={"team": "b"}))
 
-    assert passed(NODES, [listed, relabelled, beat]) == [listed, relabelled]
+    assert passed([listed, relabelled, beat]) == [listed, relabelled]
 
 
 def test_a_node_deleted_and_added_again_with_the_same_body_passes_both() -> None:
     node = watched_node(1)
     events = [event(None, node), event("DELETED", node), event("ADDED", node), event("MODIFIED", node)]
 
-    assert passed(NODES, events) == events[:3]
+    assert passed(events) == events[:3]
 
 
 def test_a_bookmark_and_an_object_without_uid_pass() -> None:
@@ -82,14 +78,14 @@ def test_a_bookmark_and_an_object_without_uid_pass() -> None:
     del no_uid["metadata"]["uid"]
     events = [watching.Bookmark.LISTED, event("MODIFIED", no_uid), event("MODIFIED", no_uid)]
 
-    assert passed(NODES, events) == events
+    assert passed(events) == events
 
 
 def test_a_kind_kept_whole_passes_every_event_for_its_resource_version_is_compared_with_the_operators_writes() -> None:
     lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"uid": "u"}}
     events = [event(None, lws), event("MODIFIED", lws), event("MODIFIED", lws)]
 
-    assert passed(LWS, events) == events
+    assert passed(events) == events
 
 
 def test_a_deleted_object_is_forgotten() -> None:
@@ -110,9 +106,10 @@ def test_install_patches_kopfs_watch_once_where_kopfs_infinite_watch_looks_it_up
 
     assert watching.continuous_watch is patched
     assert heartbeats.unpatched(patched) is not patched
-    # kopf's infinite_watch calls it by its module-level name, with the resource as a keyword: the patch is used.
+    # kopf's infinite_watch calls it by its module-level name, with keywords only: the patch is used.
     assert "continuous_watch(" in inspect.getsource(watching.infinite_watch)
-    assert "resource" in inspect.signature(heartbeats.unpatched(patched)).parameters
+    kinds = {p.kind for p in inspect.signature(heartbeats.unpatched(patched)).parameters.values()}
+    assert kinds == {inspect.Parameter.KEYWORD_ONLY}
 
 
 def test_install_refuses_a_kopf_whose_continuous_watch_is_no_async_generator(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -203,11 +203,16 @@ def kept(document: Any) -> Any:
     return _kept_object(document)
 
 
+def trimmed(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` is of a kind the operator keeps only in part (``trim_pod``, ``trim_node``): pods and nodes."""
+    return obj.get("apiVersion") == "v1" and obj.get("kind") in ("Pod", "Node")
+
+
 def _kept_object(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return obj
-    if obj.get("apiVersion") == "v1" and obj.get("kind") in ("Pod", "Node"):
+    if trimmed(obj):
         slim = trim_pod(obj) if obj["kind"] == "Pod" else trim_node(obj)
         slim["metadata"] = {k: meta[k] for k in KOPF_METADATA if k in meta}
         return slim

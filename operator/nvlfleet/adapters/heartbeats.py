@@ -9,12 +9,12 @@ the index handlers, the event handler, its batching timers): on the benchmark's 
 an idle operator showed its CPU jump from 0.007 to 0.06 cores for the two minutes each heartbeat round lasts.
 
 ``install`` wraps kopf's ``continuous_watch`` (one generator per watched resource, living across the watch's
-reconnections): for pods and nodes, a MODIFIED event whose kept object, without its resourceVersion, is the one
-last seen for that uid never reaches kopf. Every other event does: ADDED, DELETED, the listing (type None),
-and every kind the operator keeps whole — a child's or a serving's resourceVersion is compared with the
-operator's own writes (``caches.Written``), so none of theirs may be dropped. The resourceVersion the watch
-resumes from is kopf's own, taken before this filter. The patch point is a kopf 1.x internal; ``install`` fails
-loudly at start-up if it moves, and a unit test pins it.
+reconnections): for pods and nodes (``caches.trimmed``), a MODIFIED event whose kept object, without its
+resourceVersion, is the one last seen for that uid never reaches kopf. Every other event does: ADDED, DELETED,
+the listing (type None), and every kind the operator keeps whole — a child's or a serving's resourceVersion is
+compared with the operator's own writes (``caches.Written``), so none of theirs may be dropped. The
+resourceVersion the watch resumes from is kopf's own, taken before this filter. The patch point is a kopf 1.x
+internal; ``install`` fails loudly at start-up if it moves, and a unit test pins it.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from typing import Any
 
 from kopf._cogs.clients import watching
 
-_PATCHED = "_nvlfleet_unchanged_dropped"
+from nvlfleet.adapters import caches
 
-# The kinds ``caches.kept`` trims to what the operator reads; (group, plural) as kopf's Resource names them.
-TRIMMED = frozenset({("", "pods"), ("", "nodes")})
+_PATCHED = "_nvlfleet_unchanged_dropped"
 
 
 class LastSeen:
-    """The digest of each object's kept form as last passed on, by uid: a 16-byte digest, not the object, so a
-    fleet of thousands of pods and nodes costs a few hundred kilobytes."""
+    """The digest of each trimmed object's kept form as last passed on, by uid (``caches.trimmed``: pods and
+    nodes; other kinds are never recorded nor dropped): a 16-byte digest, not the object, so a fleet of thousands
+    of pods and nodes costs a few hundred kilobytes."""
 
     def __init__(self) -> None:
         self._digests: dict[str, bytes] = {}
@@ -50,6 +50,8 @@ class LastSeen:
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             return False  # a bookmark, an error: kopf's to handle
         obj = event["object"]
+        if not caches.trimmed(obj):
+            return False  # kept whole: its resourceVersion is compared with the operator's writes
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if not isinstance(uid, str) or not uid:
@@ -70,22 +72,17 @@ def _digest(obj: dict[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def trimmed(resource: Any) -> bool:
-    """Whether kopf's ``resource`` is one whose objects the operator trims (pods, nodes)."""
-    return (getattr(resource, "group", None), getattr(resource, "plural", None)) in TRIMMED
-
-
 Watch = Callable[..., AsyncGenerator[Any, None]]
 
 
 def dropping_repeats(original: Watch) -> Watch:
     """``continuous_watch`` that drops repeated pod and node events (see the module's docstring)."""
 
-    async def continuous_watch(*, resource: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
-        async with contextlib.aclosing(original(resource=resource, **kwargs)) as stream:
-            seen = LastSeen() if trimmed(resource) else None
+    async def continuous_watch(**kwargs: Any) -> AsyncGenerator[Any, None]:
+        async with contextlib.aclosing(original(**kwargs)) as stream:
+            seen = LastSeen()  # one per watched resource, across the watch's reconnections
             async for event in stream:
-                if seen is None or not seen.repeats(event):
+                if not seen.repeats(event):
                     yield event
 
     setattr(continuous_watch, _PATCHED, original)
@@ -108,6 +105,6 @@ def install() -> None:
         )
     if hasattr(current, _PATCHED):
         return
-    if "resource" not in inspect.signature(current).parameters:
-        raise RuntimeError(f"kopf's continuous_watch{inspect.signature(current)} takes no resource any more")
+    if any(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in inspect.signature(current).parameters.values()):
+        raise RuntimeError(f"kopf's continuous_watch{inspect.signature(current)} takes more than keywords now")
     watching.continuous_watch = dropping_repeats(current)
