@@ -9,9 +9,11 @@ own (the same pinned binaries, its own directory and ports, through localcluster
 end; components are killed and restarted by their recorded PIDs with ``localcluster.cluster.restart``.
 
 A serving created after the restart can only be seen through a re-established watch (nvlfleet's periodic re-check
-nudges only servings it already knows). The component is killed as the pass of a new rollout begins. With the
-API server gone that pass fails and is retried; with etcd gone the API server keeps serving watches from its
-cache and holds the requests that need storage until etcd is back, so the pass stalls through the outage.
+nudges only servings it already knows). The component is killed while the pass of a new rollout is part-way (the
+operator is frozen with SIGSTOP as that pass begins and continued during the outage, so the kill cannot miss a pass
+of a fraction of a second). With the API server gone that pass fails and is retried; with etcd gone the API
+server keeps serving watches from its cache and holds the requests that need storage until etcd is back, so the
+pass stalls through the outage.
 Figures: outage (kill → healthy again), convergence (healthy again → every serving's current generation
 observed, its LeaderWorkerSet at the wanted size and that many pods ready) and Ready (the same, and
 LeaderWorkerSet's own status agreeing), in figures.py's file.
@@ -26,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -138,8 +142,9 @@ def _namespace(api: client.ApiClient, name: str) -> str:
         time.sleep(0.2)
 
 
-def _until(predicate: Any, timeout: float, what: str) -> float:
-    """Seconds until ``predicate()`` holds; API errors while the control plane is away count as not yet."""
+def _until(predicate: Any, timeout: float, what: str, every: float = 0.25) -> float:
+    """Seconds until ``predicate()`` holds (asked every ``every`` seconds); API errors while the control plane is
+    away count as not yet."""
     started = time.monotonic()
     while True:
         with contextlib.suppress(Exception):
@@ -147,7 +152,7 @@ def _until(predicate: Any, timeout: float, what: str) -> float:
                 return time.monotonic() - started
         if time.monotonic() - started > timeout:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(0.25)
+        time.sleep(every)
 
 
 def _rack(body: dict[str, Any], rack: int) -> dict[str, Any]:
@@ -165,6 +170,20 @@ def passes_started(operator: OperatorProcess, serving: str) -> bool:
         and float(line.split()[-1]) >= 1
         for line in text.splitlines()
     )
+
+
+@contextlib.contextmanager
+def _frozen_until(pid: int, thaw_after: float) -> Iterator[None]:
+    """The process stopped (SIGSTOP) now and continued (SIGCONT) ``thaw_after`` seconds into the block, or at its
+    end if that comes first: whatever it had in flight meets the world as the block left it."""
+    os.kill(pid, signal.SIGSTOP)
+    thaw = threading.Timer(thaw_after, os.kill, (pid, signal.SIGCONT))
+    thaw.start()
+    try:
+        yield
+    finally:
+        thaw.cancel()
+        os.kill(pid, signal.SIGCONT)
 
 
 def _write_stalled_by(log: str, killed_at: datetime.datetime) -> float | None:
@@ -227,11 +246,14 @@ def test_the_operator_rides_out_a_killed_control_plane_component_and_converges(
         cluster.create(_rack(servings.serving("steady", private.fleet, groups=2, nodes=1), rack))
         _until(lambda: cluster.ready("steady"), 180, "steady to be Ready")
 
-        # Kill the component as the rollout's pass begins: its reads and writes fail part-way and are retried.
+        # Kill the component while the rollout's pass is part-way: its remaining reads and writes fail and are
+        # retried. The pass takes about 0.2 s, so the operator is frozen (SIGSTOP) the moment the pass is seen to
+        # begin, and thawed in the middle of the outage; otherwise the pass may end before the kill lands.
         cluster.create(_rack(servings.serving("rolling", private.fleet, groups=4, nodes=1), rack))
-        _until(lambda: passes_started(operator, "rolling"), 60, "the rollout's pass to start")
-        killed_at = datetime.datetime.now()
-        outage = localcluster.restart(component, kill=True, down_seconds=down, progress=lambda _: None)
+        _until(lambda: passes_started(operator, "rolling"), 60, "the rollout's pass to start", every=0.01)
+        with _frozen_until(pid, min(1.0, down / 2)):
+            killed_at = datetime.datetime.now()
+            outage = localcluster.restart(component, kill=True, down_seconds=down, progress=lambda _: None)
         healthy = time.monotonic()
 
         # Only a re-established watch can bring news of a new object.
