@@ -13,8 +13,9 @@ Measured on the benchmark cluster (``benchcluster``), side by side, each run in 
   children in order, as one pass applies them), the reference the ratio is taken against; and **serial**, one
   object after the other, kept as a second row. Its apply loop alone is timed too (``applied_seconds``).
 
-``measure`` repeats the three runs (nvlfleet, concurrent, serial) ``repeats`` times per N, each repeat's ratio
-taken against its own reference, and notes the machine's 1-minute load average after each repeat.
+``measure`` repeats the runs (nvlfleet, concurrent, serial) ``repeats`` times per N, each repeat's ratio taken
+against its own reference, and notes the machine's 1-minute load average after each repeat; the serial reference
+may run in the first repeats only (``serial_repeats``: ``bench/run.py`` runs it once per N, and its row says so).
 
 Both sides wait on a watch (no polling interval to round up to). Between the runs the namespace is deleted and
 the benchmark waits until every pod is gone, so each run starts on an empty fleet. The servings keep the
@@ -368,12 +369,14 @@ def server_side_apply(api: client.ApiClient, obj: Mapping[str, Any], field_manag
 
 @dataclasses.dataclass(frozen=True)
 class Repeat:
-    """One repeat at one N: nvlfleet, then the concurrent reference, then the serial one, on a free fleet each."""
+    """One repeat at one N: nvlfleet, then the concurrent reference, then (in the first repeats only) the serial one,
+    on a free fleet each."""
 
     nvlfleet: Run
     concurrent: Run
-    serial: Run
+    serial: Run | None  # None: the serial reference was not run in this repeat (``measure``'s ``serial_repeats``)
     load: float  # 1-minute load average at the end of the repeat
+    cleanup_seconds: float = 0.0  # deleting the three runs' namespaces (between runs, outside every clock)
 
     @property
     def ratio(self) -> float | None:
@@ -393,8 +396,11 @@ def measure(
     log_dir: pathlib.Path,
     say: Callable[[str], None],
     profile: Callable[[int], Any] | None = None,
+    serial_repeats: int | None = None,
 ) -> list[Repeat]:
-    """``repeats`` repeats at N = ``count``; the profile (if any) records the first repeat's operator only."""
+    """``repeats`` repeats at N = ``count``; the serial reference in the first ``serial_repeats`` of them only (all
+    when None): it is a second row, not the one the ratio is taken against, and at N = 1,000 each of its runs
+    takes as long as the operator's. The profile (if any) records the first repeat's operator only."""
     out = []
     for i in range(repeats):
         tag = f"{count}-{i + 1}"
@@ -403,13 +409,19 @@ def measure(
             cluster, f"conv-nvlfleet-{tag}", count, log_dir=log_dir, timeout=cap, profile=profile if i == 0 else None
         )
         say(f"      {op.seconds:.1f} s{' (cut short)' if op.timed_out else ''}; cleaning up")
-        cluster.delete_namespace(f"conv-nvlfleet-{tag}")
-        runs = {}
-        for kind, concurrency in (("concurrent", OPERATOR_CONCURRENCY), ("serial", 1)):
+        cleanup = cluster.delete_namespace(f"conv-nvlfleet-{tag}")
+        say(f"      cleaned up in {cleanup:.1f} s")
+        runs: dict[str, Run] = {}
+        kinds = [("concurrent", OPERATOR_CONCURRENCY), ("serial", 1)]
+        if serial_repeats is not None and i >= serial_repeats:
+            kinds = kinds[:1]
+        for kind, concurrency in kinds:
             say(f"    N={count}, repeat {i + 1}/{repeats}: plain client, {kind} ({concurrency} at once)")
             namespace = f"conv-{kind[:6]}-{tag}"
             runs[kind] = run_plain_client(cluster, namespace, count, op.placements, concurrency=concurrency)
             say(f"      {runs[kind].seconds:.1f} s (apply loop {runs[kind].applied_seconds:.1f} s); cleaning up")
-            cluster.delete_namespace(namespace)
-        out.append(Repeat(op, runs["concurrent"], runs["serial"], os.getloadavg()[0]))
+            seconds = cluster.delete_namespace(namespace)
+            say(f"      cleaned up in {seconds:.1f} s")
+            cleanup += seconds
+        out.append(Repeat(op, runs["concurrent"], runs.get("serial"), os.getloadavg()[0], cleanup))
     return out

@@ -5,7 +5,8 @@
 Figures, one module each (their docstrings say exactly what is timed and against what):
 
 1. ``convergence``  — N servings through nvlfleet ÷ the same children applied by a plain client with the
-   operator's concurrency (N = 50, 200, 1,000; 3 repeats each, median and min–max; the serial client beside).
+   operator's concurrency (N = 50, 200, 1,000; 3 repeats each, median and min–max; the serial client beside,
+   once per N).
 2. ``steadystate``  — operator RSS (and its growth per 100 servings), CPU, reads, writes and passes per minute
    with 1,000 servings and their pods, idle; a restart on the unchanged fleet; writes per new serving.
 3. ``placement``    — planner time for 1,000 groups on 100 racks and 10,000 groups on 1,000 racks; placement
@@ -60,6 +61,9 @@ class Sizes:
     telemetry_targets: int
     telemetry_rounds: int
     convergence_repeats: int = 3
+    # The serial reference (a second row; the ratio is taken against the concurrent one) runs in this many of the
+    # repeats: at N = 1,000 each of its runs takes as long as the operator's, 8 minutes on this machine.
+    convergence_serial_repeats: int = 1
     planner_racks: int = 100
     planner_servings: int = 50  # 20 groups each: 1,000 groups
     planner_scale_racks: int = 1000
@@ -262,7 +266,14 @@ class Bench:
                     out = WORK / f"profile-operator-n{count}.txt"
                     prof = lambda pid, out=out: profiler.PySpy(pid, out)  # noqa: E731
                 repeats = convergence.measure(
-                    cluster, count, s.convergence_repeats, cap=cap, log_dir=self.logs, say=self.say, profile=prof
+                    cluster,
+                    count,
+                    s.convergence_repeats,
+                    cap=cap,
+                    log_dir=self.logs,
+                    say=self.say,
+                    profile=prof,
+                    serial_repeats=s.convergence_serial_repeats,
                 )
                 self.raw[f"convergence_n{count}"] = [dataclasses.asdict(r) for r in repeats]
                 out = figurerows.convergence_rows(count, cap, repeats)

@@ -10,11 +10,11 @@ def run(seconds: float, **fields: object) -> convergence.Run:
     return convergence.Run(seconds=seconds, writes=fields.pop("writes", 2.0), **fields)  # type: ignore[arg-type]
 
 
-def repeat(nvlfleet: float, concurrent: float, serial: float) -> convergence.Repeat:
+def repeat(nvlfleet: float, concurrent: float, serial: float | None) -> convergence.Repeat:
     return convergence.Repeat(
         nvlfleet=run(nvlfleet, pods_seconds=nvlfleet - 1),
         concurrent=run(concurrent, applied_seconds=1.0),
-        serial=run(serial, applied_seconds=4.0),
+        serial=None if serial is None else run(serial, applied_seconds=4.0),
         load=2.0,
     )
 
@@ -25,6 +25,16 @@ def test_the_convergence_ratio_is_the_median_of_each_repeat_against_its_own_conc
     assert out.summary["convergence_ratio_n200"] == 1.1
     assert out.summary["convergence_overhead_seconds_n200"] == 10  # overheads 10, 10, 5
     assert out.summary["convergence_ratio_serial_n200"] == round(60 / 70, 3)  # 0.917, 0.857, 0.808
+
+
+def test_a_serial_reference_run_in_one_repeat_only_is_compared_with_that_repeat_and_says_one_run() -> None:
+    out = figurerows.convergence_rows(200, 900, [repeat(110, 100, 120), repeat(60, 50, None), repeat(105, 100, None)])
+    serial = next(r for r in out.rows if "serial reference" in r.measure)
+    assert serial.measure == "N=200: create → every serving Ready, serial reference (1 run)"
+    assert (serial.value, serial.reference) == (110, 120)  # the first repeat's nvlfleet run against its serial one
+    assert out.summary["convergence_ratio_serial_n200"] == round(110 / 120, 3)
+    assert out.summary["convergence_ratio_n200"] == 1.1  # the concurrent reference still counts every repeat
+    assert "median of 3" in out.rows[0].measure
 
 
 def test_a_convergence_repeat_cut_short_makes_its_figures_lower_bounds_and_says_so() -> None:
