@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import processes
 from prometheus_client import parser as prom_parser
 
-from nvlfleet.api import crd, names, yamltext
+from nvlfleet.api import crd, yamltext
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IDENTITY_NAMESPACE = "nvlfleet-bench"
@@ -206,27 +206,10 @@ class BenchCluster:
         core = client.CoreV1Api(self.admin)
         started = time.monotonic()
         self.release_servings(name)
-        self.empty_workloads(name)
         with contextlib.suppress(ApiException):
             core.delete_namespace(name, propagation_policy="Background")
         _until(lambda: not _exists(lambda: core.read_namespace(name)), timeout, f"namespace {name} to go")
         return time.monotonic() - started
-
-    def empty_workloads(self, namespace: str) -> None:
-        """Delete the LeaderWorkerSets, StatefulSets and pods in ``namespace`` by collection, the pods without a
-        grace period. Left to the namespace controller and the garbage collector, they go one request at a time
-        through kube-controller-manager's client (20 requests a second by default): thousands of them took minutes
-        between two convergence runs. A collection delete is one request the API server carries out itself, and
-        a simulated pod has no container to stop."""
-        group, version = names.LEADER_WORKER_SET.api_version.split("/")
-        with contextlib.suppress(ApiException):
-            client.CustomObjectsApi(self.admin).delete_collection_namespaced_custom_object(
-                group, version, namespace, names.LEADER_WORKER_SET.plural
-            )
-        with contextlib.suppress(ApiException):
-            client.AppsV1Api(self.admin).delete_collection_namespaced_stateful_set(namespace)
-        with contextlib.suppress(ApiException):
-            client.CoreV1Api(self.admin).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
 
     def release_servings(self, namespace: str) -> int:
         """Drop the finalizer of every DeepSeekServing in ``namespace`` (its operator is stopped: kopf adds one
