@@ -376,7 +376,7 @@ class Repeat:
     concurrent: Run
     serial: Run | None  # None: the serial reference was not run in this repeat (``measure``'s ``serial_repeats``)
     load: float  # 1-minute load average at the end of the repeat
-    cleanup_seconds: float = 0.0  # deleting the three runs' namespaces (between runs, outside every clock)
+    cleanup_seconds: float = 0.0  # deleting this repeat's namespaces (between runs, outside every clock)
 
     @property
     def ratio(self) -> float | None:

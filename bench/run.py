@@ -62,7 +62,7 @@ class Sizes:
     telemetry_rounds: int
     convergence_repeats: int = 3
     # The serial reference (a second row; the ratio is taken against the concurrent one) runs in this many of the
-    # repeats: at N = 1,000 each of its runs takes as long as the operator's, 8 minutes on this machine.
+    # repeats: at N = 1,000 each of its runs takes as long as the operator's (473 s in docs/benchmarks.md).
     convergence_serial_repeats: int = 1
     planner_racks: int = 100
     planner_servings: int = 50  # 20 groups each: 1,000 groups
