@@ -1,7 +1,7 @@
-"""Command line of the local cluster: `python -m localcluster up|down|status|fleet|sa-kubeconfig|env|keda up|down`.
+"""Command line of the local cluster: `python -m localcluster up|down|status|build|fleet|env|keda|sa-kubeconfig`.
 
-The Makefile's cluster-up/cluster-down/cluster-status/fleet targets call this. Faults print one line naming
-the component and its log file (exit 1); `up` and `status` end with `KUBECONFIG=<absolute path>`.
+The Makefile's cluster-up/cluster-down/cluster-status/fleet/on-demand/keda-up targets call this. Faults print
+one line naming the component and its log file (exit 1); `up` and `status` end with `KUBECONFIG=<absolute path>`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,19 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("down", help="stop the cluster by its recorded PIDs and remove its state")
     commands.add_parser("status", help="show each component, its PID, ports and health")
     commands.add_parser("env", help="print shell exports: KUBECONFIG and PATH with kubectl and helm")
+    build = commands.add_parser(
+        "build",
+        help="build (or find cached) the on-demand components, Kueue and KEDA, without starting anything",
+        description="Builds the on-demand Go components from the Go module proxy if they are not cached yet. "
+        "`make integration` runs this before pytest, so a cold build (KEDA: about 10 to 20 minutes on two "
+        "cores) prints its progress here instead of eating a test's time limit.",
+    )
+    build.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"components to build, of {', '.join(_on_demand())} (default: all of them)",
+    )
     fleet = commands.add_parser("fleet", help="add simulated GPU nodes (kwok) to the running cluster")
     fleet.add_argument("--racks", type=int, default=4, help="NVLink domains (racks); nodes for H200/B200")
     fleet.add_argument("--gpu", default="GB200", help="GB200, GB300, H200 or B200")
@@ -117,6 +130,21 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_demand() -> list[str]:
+    return [c.name for c in versions.GO_COMPONENTS if c.on_demand]
+
+
+def _build(args: argparse.Namespace) -> int:
+    names = args.names or _on_demand()
+    unknown = sorted(set(names) - set(_on_demand()))
+    if unknown:
+        raise ValueError(f"build: no on-demand component {', '.join(unknown)}; there are {', '.join(_on_demand())}")
+    found = binaries.ensure_on_demand(names)
+    for name in names:
+        print(f"localcluster: {name} {versions.go_component(name).version}: {found[name]}")
+    return 0
+
+
 def _keda(args: argparse.Namespace) -> int:
     if args.action == "down":
         stopped = cluster.keda_down()
@@ -169,6 +197,7 @@ _COMMANDS = {
     "down": _down,
     "status": _status,
     "env": _env,
+    "build": _build,
     "fleet": _fleet,
     "sa-kubeconfig": _sa_kubeconfig,
     "keda": _keda,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pathlib
 
-from localcluster import components, keda, versions
+import pytest
+from localcluster import __main__ as localcluster_main
+from localcluster import components, keda, kueue, versions
 
 from nvlfleet.facts import keda as keda_facts
 
@@ -55,3 +57,12 @@ def test_both_processes_bind_loopback_only_and_the_metrics_server_trusts_the_fro
 
 def test_the_keda_facts_the_operator_reads_are_of_the_keda_the_local_cluster_builds() -> None:
     assert keda_facts.VERSION == versions.KEDA
+
+
+def test_the_build_command_names_the_on_demand_components_when_asked_for_another(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert localcluster_main.main(["build", "kube-apiserver"]) == 1
+    error = capsys.readouterr().err
+    assert "no on-demand component kube-apiserver" in error
+    assert all(name in error for name in (*keda.NAMES, kueue.NAME))
