@@ -7,7 +7,9 @@ changes in between: every start is a restart on an unchanged fleet. Each start i
 until its pass counter reaches the number of servings (every serving confirmed); then, after a short settle, its
 CPU and passes are metered over an idle window, and its RSS read. The trees alternate within each repeat, so a
 drift of the machine's load spreads over all of them. ``--memory`` also has each operator dump what its allocators
-hold once idle (``memhook``, as ``memprobe`` does: pymalloc's arenas and live blocks, glibc's heap).
+hold once idle (``memhook``, as ``memprobe`` does: pymalloc's arenas and live blocks, glibc's heap). ``--profile DIR``
+records each start until every serving is confirmed with ``py-spy record --gil`` (the samples split its CPU) into
+``DIR/<repeat>-<tree index>.txt``.
 
     PYTHONPATH=$PWD/cluster .venv/bin/python bench/restartprobe.py operator /tmp/old/operator [--repeats 3]
 """
@@ -25,6 +27,7 @@ from typing import Any
 import benchcluster
 import memprobe
 import proc
+import profiler
 import sidebyside
 import steadystate
 from kubernetes import client
@@ -68,9 +71,17 @@ def start(
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+    spy = None
+    if args.profile is not None:
+        spy = profiler.PySpy(operator.pid, args.profile / f"{tag}.txt", gil=True, rate=100)
     try:
+        answering = steadystate._until(lambda: steadystate._metrics(port) is not None, args.cap)
+        first = steadystate._until(lambda: steadystate._passes(port) >= 1, args.cap)
+        cpu_to_first = proc.cpu_seconds(operator.pid)
         confirmed = steadystate._until(lambda: steadystate._passes(port) >= count, args.cap)
         cpu_to_confirm = proc.cpu_seconds(operator.pid)
+        if spy is not None:
+            spy.stop()
         time.sleep(args.settle)
         passes = steadystate._passes(port)
         meter = proc.Meter(operator.pid).start()
@@ -78,6 +89,11 @@ def start(
         usage = meter.stop()
         found: dict[str, Any] = {
             "restart_s": None if confirmed is None else confirmed - launched,
+            # Where the restart's time goes: the process up and serving /metrics (imports, kopf started), then
+            # kopf's lists done and the first pass counted, then the rest of the passes.
+            "metrics_up_s": None if answering is None else answering - launched,
+            "first_pass_s": None if first is None else first - launched,
+            "cpu_to_first_pass_s": cpu_to_first,
             "cpu_to_confirm_s": cpu_to_confirm,
             "idle_cores": usage.cores,
             "idle_passes_per_min": (steadystate._passes(port) - passes) * 60 / usage.wall_seconds,
@@ -88,6 +104,8 @@ def start(
             found.update(_allocators(operator.pid, out))
         return found
     finally:
+        if spy is not None:
+            spy.stop()
         operator.stop()
 
 
@@ -111,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=60.0, help="idle window, seconds")
     parser.add_argument("--cap", type=float, default=600.0, help="seconds a restart may take")
     parser.add_argument("--memory", action="store_true", help="also dump what the allocators hold once idle")
+    parser.add_argument("--profile", type=pathlib.Path, help="directory for a py-spy --gil profile of each start")
     parser.add_argument("--out", type=pathlib.Path, default=benchcluster.REPO / ".bench" / "restartprobe")
     args = parser.parse_args(argv)
     sidebyside.check_trees(parser, args.trees)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
     cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
     count = servings(cluster, args.namespace)
