@@ -351,9 +351,11 @@ def rolling_out(op: operator.Operator, api: FakeApi, pods: int) -> None:
     (name, lws), *_ = [(n, c) for (k, n), c in api.children.items() if k == "LeaderWorkerSet"]
     lws["status"] = {"readyReplicas": 0}
     lws["metadata"]["resourceVersion"] = "901"
-    op.indices["gpu_pods"] = {
-        None: [
-            caches.trim_pod(fb.pod(f"{name}-{i}", f"tray-{i}", namespace=KEY.namespace, lws=name, group=0))
+    op.indices["serving_pods"] = {
+        (KEY.namespace, KEY.name): [
+            caches.trim_pod(
+                fb.pod(f"{name}-{i}", f"tray-{i}", namespace=KEY.namespace, serving=KEY.name, lws=name, group=0)
+            )
             for i in range(pods)
         ]
     }

@@ -62,7 +62,7 @@ log = logging.getLogger("nvlfleet")
 DSS = (names.GROUP, names.VERSION, names.PLURAL)
 INDEXES = (
     "fleet_nodes",
-    "gpu_pods",
+    "serving_pods",
     "bound_gpu_pods",
     "fleet_lws",
     "servings",
@@ -397,8 +397,15 @@ async def fleet_nodes(name: str, body: kopf.Body, **_: Any) -> dict[None, invent
 
 
 @kopf.index("pods", when=caches.requests_gpus)
-async def gpu_pods(body: kopf.Body, **_: Any) -> dict[None, dict[str, Any]]:
-    return {None: caches.trim_pod(body)}
+async def serving_pods(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each serving's GPU pods (trimmed), by (namespace, serving): a pass reads its own, not the fleet's — its
+    health, router and telemetry looked at every GPU pod of the cluster, a thousand per pass at a thousand servings
+    (the largest own-time frame of a start-up's profile). The fleet's pods reach passes parsed, as
+    ``bound_gpu_pods``."""
+    key = caches.child_key(namespace, labels)
+    return {} if key is None else {key: caches.trim_pod(body)}
 
 
 @kopf.index("pods", when=caches.requests_gpus)

@@ -261,7 +261,7 @@ class Operator:
         snap = dataclasses.replace(
             snap,
             nodes=list(_store(self.indices, "fleet_nodes")),
-            pods=list(_store(self.indices, "gpu_pods")),
+            pods=self._own_pods(snap.serving),
             bound=list(_store(self.indices, "bound_gpu_pods")),
             fleet=list(fleet),
             live_servings=frozenset(_store(self.indices, "live_servings")) if "live_servings" in self.indices else None,
@@ -482,7 +482,16 @@ class Operator:
         self.metrics.set_conditions(key.namespace, key.name, conditions)
         if decision.groups:  # a frozen pass judged no groups: the gauges keep what the last planned pass said
             self.metrics.set_groups(key.namespace, key.name, decision.groups, decision.max_groups)
-        self.telemetry.point(key, serving, _store(self.indices, "gpu_pods"), self._node_labels)
+        self.telemetry.point(key, serving, self._own_pods(serving), self._node_labels)
+
+    def _own_pods(self, serving: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """``serving``'s GPU pods as watched (the ``serving_pods`` index): what its health, router and telemetry
+        read; the fleet's reach a pass parsed (``bound_gpu_pods``)."""
+        index = self.indices.get("serving_pods")
+        meta = serving.get("metadata") or {}
+        if index is None:
+            return []
+        return list(index.get((meta.get("namespace") or "default", meta.get("name")), ()))
 
     def forget(self, key: inventory.ServingKey) -> None:
         self.known.pop(key, None)

@@ -101,15 +101,16 @@ class Snapshot:
 
     ``children``: objects labelled as this serving's children, of every child kind. ``nodes``: Node objects, or
     nodes the adapter already parsed (``kubeobjects.parse_node``, once per watch event rather than every pass).
-    ``pods``: pods requesting GPUs anywhere in the cluster (bound or not), which include this serving's own
-    pods; ``bound``: the same pods as the adapter already parsed them (``kubeobjects.parse_pod``, once per watch
-    event), or None to parse ``pods`` here. ``fleet``: the LeaderWorkerSets of every nvlfleet serving (whole,
-    or trimmed to metadata, replicas, size and pod placement). ``served``: the child kinds whose API is
-    installed. ``foreign``: objects found under a name this serving wants that nvlfleet did not create for it.
-    ``events``: Events in the serving's namespace about its StatefulSets (a pod the API server refuses to create
-    is said only there; see ``health``) and its ScaledObject (why KEDA's scaler fails; see ``autoscaling``).
-    ``view``: nodes, pods and fleet digested (``fleet_view``) by an earlier pass over the same objects; used
-    when its domain label is the serving's, else computed here.
+    ``pods``: pods requesting GPUs (bound or not), among them every one of this serving's own: the adapter hands
+    only those, a caller may hand the cluster's (only the serving's own are looked at, except to build the inventory
+    when ``bound`` is None); ``bound``: the cluster's GPU pods as the adapter already parsed them
+    (``kubeobjects.parse_pod``, once per watch event), or None to parse ``pods`` here. ``fleet``: the
+    LeaderWorkerSets of every nvlfleet serving (whole, or trimmed to metadata, replicas, size and pod placement).
+    ``served``: the child kinds whose API is installed. ``foreign``: objects found under a name this serving wants
+    that nvlfleet did not create for it. ``events``: Events in the serving's namespace about its StatefulSets (a pod
+    the API server refuses to create is said only there; see ``health``) and its ScaledObject (why KEDA's scaler
+    fails; see ``autoscaling``). ``view``: nodes, pods and fleet digested (``fleet_view``) by an earlier pass over
+    the same objects; used when its domain label is the serving's, else computed here.
     """
 
     serving: Mapping[str, Any]
