@@ -54,6 +54,7 @@ FIELD_MANAGER = "bench-plain-client"
 POD_SELECTOR = f"{api_names.MANAGED_BY_LABEL}={api_names.MANAGED_BY}"
 WARM_UP = "warm-up"
 NODES_PER_GROUP = 2
+EXTRA_FLEET = "bench-conv"  # the racks added beyond the shared bench fleet for a large N (removed after figure 1)
 PODS_PER_SERVING = NODES_PER_GROUP  # one group per serving, one pod per node
 
 

@@ -3,12 +3,13 @@ other, on a kept benchmark cluster, repeated; for each tree the median and sprea
 the operator, and what it cost: the operator's CPU, reads, writes and reconcile passes.
 
 Debug tool beside figure 1 (``convergence``), not part of ``bench/run.py``: run figure 1 once with
-``--keep-cluster`` (or any figure: the cluster holds the 56-rack fleet), then compare trees
-(``git worktree add /tmp/old <commit>``). Each run is ``convergence.run_operator`` in a fresh namespace (created
-→ every serving Ready; pods Ready beside it), the namespace deleted and its pods gone before the next; no plain
-client runs, so a ratio here is tree against tree, not against the API server's limit. The trees alternate within
-each repeat, so a drift of the machine's load spreads over all of them. ``--profile DIR`` records each run's
-operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<repeat>-<tree index>.txt``.
+``--keep-cluster`` (or any figure: the cluster holds the 56-rack fleet), then compare trees (``git worktree add
+/tmp/old <commit>``). A count beyond that fleet (two trays a serving: N > 503) gets the racks figure 1 adds for it,
+as fleet ``bench-conv``, left in place for the next probe. Each run is ``convergence.run_operator`` in a fresh
+namespace (created → every serving Ready; pods Ready beside it), the namespace deleted and its pods gone before the
+next; no plain client runs, so a ratio here is tree against tree, not against the API server's limit. The trees
+alternate within each repeat, so a drift of the machine's load spreads over all of them. ``--profile DIR`` records
+each run's operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<repeat>-<tree index>.txt``.
 
     PYTHONPATH=$PWD/cluster .venv/bin/python bench/convergenceprobe.py operator /tmp/old/operator --count 200
 """
@@ -17,16 +18,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import benchcluster
 import convergence
 import profiler
 import sidebyside
+from localcluster import fleet
+
+TRAYS_PER_RACK = 18
 
 FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes")
 
@@ -57,6 +63,17 @@ def run(
     return {**figures, "ready": found.ready, "timed_out": found.timed_out, "load": os.getloadavg()[0]}
 
 
+def _enough_racks(cluster: benchcluster.BenchCluster, count: int, say: Callable[[str], None]) -> None:
+    """Racks added (fleet ``bench-conv``, as figure 1 adds them) until ``count`` servings' groups fit, +2 trays."""
+    from kubernetes import client
+
+    trays = len(client.CoreV1Api(cluster.admin).list_node(label_selector=f"{fleet.LABEL_CLIQUE}").items)
+    missing = math.ceil((count * convergence.PODS_PER_SERVING + 2 - trays) / TRAYS_PER_RACK)
+    if missing > 0:
+        say(f"adding {missing} racks to the {trays} trays for {count} servings (fleet {convergence.EXTRA_FLEET})")
+        cluster.fleet(missing, name=convergence.EXTRA_FLEET, first_slot=trays)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
@@ -79,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
     cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
+    _enough_racks(cluster, args.count, say)
     say(f"{args.count} servings per run; {len(args.trees)} trees × {args.repeats} repeats")
     runs = sidebyside.alternate(
         args.trees, args.repeats, lambda tree, tag: run(cluster, tree, args.count, args, tag), say

@@ -46,7 +46,6 @@ import profiler
 import report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CONVERGENCE_FLEET = "bench-conv"
 
 WORK = REPO / ".bench"
 
@@ -285,7 +284,7 @@ class Bench:
             if extra:
                 from localcluster import fleet
 
-                fleet.delete_fleet(cluster.admin, CONVERGENCE_FLEET)
+                fleet.delete_fleet(cluster.admin, convergence.EXTRA_FLEET)
 
     def convergence_fleet(self, cluster: benchcluster.BenchCluster) -> int:
         """Racks added for the largest N beyond the shared bench fleet (removed after figure 1); how many."""
@@ -294,8 +293,9 @@ class Bench:
         trays = max(self.sizes.convergence) * convergence.PODS_PER_SERVING + 2
         missing = math.ceil(trays / 18) - self.sizes.racks
         if missing > 0:
-            self.say(f"    adding {missing} racks for N={max(self.sizes.convergence)} (fleet {CONVERGENCE_FLEET})")
-            cluster.fleet(missing, name=CONVERGENCE_FLEET, first_slot=self.sizes.racks * 18)
+            largest = max(self.sizes.convergence)
+            self.say(f"    adding {missing} racks for N={largest} (fleet {convergence.EXTRA_FLEET})")
+            cluster.fleet(missing, name=convergence.EXTRA_FLEET, first_slot=self.sizes.racks * 18)
         return max(0, missing)
 
     def profile_note(self, during: str, path: pathlib.Path) -> None:
