@@ -1,15 +1,17 @@
 """One reconcile pass on the benchmark fleet, timed without a cluster: the operator's per-serving CPU cost.
 
 Run: ``.venv/bin/python bench/reconcile_bench.py`` (PYTHONPATH=cluster, as the Makefile sets it). The snapshot is
-what the operator hands ``reconciler.reconcile`` on the cluster of figures 1 and 2: the 1,008 kwok GB200 trays
-of 56 racks (``localcluster.fleet``) and 1,000 GPU pods bound to them, as the operator's indexes hold them
-(nodes and bound pods parsed once per watch event: ``caches.parsed_node``, ``caches.parsed_pod``; pods also
-trimmed, ``caches.trim_pod``), and one serving with its children. Two figures, each the median of repeated
-passes after a warm-up pass: a pass that builds the fleet view itself (the first pass after a node, GPU pod or
-LeaderWorkerSet changed) and a pass handed the view an earlier pass built (``reconciler.FleetView``, an idle
-re-check, or the thousand passes after a restart). The fleet holds figure 2's other servings too: one single-tray
-group each, placed rack by rack as the planner packs them, their LeaderWorkerSets as the ``fleet_lws`` index holds
-them (``caches.trim_lws``) — every pass books every other serving's groups before it plans its own.
+what the operator hands ``reconciler.reconcile`` on the cluster of figures 1 and 2: the 1,008 kwok GB200 trays of 56
+racks (``localcluster.fleet``) and 1,000 GPU pods bound to them, as the operator's indexes hold them (nodes and
+bound pods parsed once per watch event: ``caches.parsed_node``, ``caches.parsed_pod``; the serving's own pods also
+trimmed, ``caches.trim_pod``, from the ``serving_pods`` index), and one serving with its children. Two figures, each
+the median of repeated passes after a warm-up pass: a pass that builds the fleet view itself (the first pass after a
+node, GPU pod or LeaderWorkerSet changed) and a pass handed the view an earlier pass built
+(``reconciler.FleetView``, an idle re-check, or the thousand passes after a restart). The fleet holds figure 2's
+other servings too: one single-tray group each, placed rack by rack as the planner packs them, their
+LeaderWorkerSets as the ``fleet_lws`` index holds them (``caches.trim_lws``) — every pass books every other
+serving's groups before it plans its own. Beside the second, the same pass handed every GPU pod of the cluster, as
+passes were before the ``serving_pods`` index.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ RACKS, PODS, SERVINGS, REPEATS = 56, 1000, 1000, 30
 TRAYS_PER_RACK = 18
 
 
-def snapshot(racks: int = RACKS, pods: int = PODS, servings: int = SERVINGS) -> reconciler.Snapshot:
+def snapshot(
+    racks: int = RACKS, pods: int = PODS, servings: int = SERVINGS, *, all_pods: bool = False
+) -> reconciler.Snapshot:
+    """``all_pods``: hand the pass every GPU pod trimmed, as the operator did before its ``serving_pods`` index."""
     nodes = fleet.fleet_nodes("GB200", racks, fleet="bench")
     for node in nodes:  # as kwok reports them once they are up
         node.setdefault("status", {}).setdefault("conditions", [{"type": "Ready", "status": "True"}])
@@ -41,8 +46,15 @@ def snapshot(racks: int = RACKS, pods: int = PODS, servings: int = SERVINGS) -> 
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     children = reconciler.reconcile(reconciler.Snapshot(serving=serving, now=now, nodes=parsed)).apply
     raw = [_pod(i, node["metadata"]["name"]) for i, node in zip(range(pods), nodes, strict=False)]
+    lws = next(c for c in children if c["kind"] == "LeaderWorkerSet")
+    template = lws["spec"]["leaderWorkerTemplate"]
+    raw[0]["metadata"]["labels"] = {  # the serving's own pod, as its LeaderWorkerSet labels it
+        **(template.get("leaderTemplate") or template["workerTemplate"])["metadata"]["labels"],
+        "leaderworkerset.sigs.k8s.io/name": lws["metadata"]["name"],
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+    }
     bound = [caches.parsed_pod(pod["metadata"]["name"], pod) for pod in raw]
-    trimmed = [caches.trim_pod(pod) for pod in raw]
+    trimmed = [caches.trim_pod(pod) for pod in (raw if all_pods else raw[:1])]
     others = [_serving(i) for i in range(1, servings)]
     return reconciler.Snapshot(
         serving=serving,
@@ -80,10 +92,10 @@ def _pod(index: int, node: str) -> dict[str, Any]:
     }
 
 
-def measure(repeats: int = REPEATS, *, shared_view: bool = False) -> float:
+def measure(repeats: int = REPEATS, *, shared_view: bool = False, all_pods: bool = False) -> float:
     """Median CPU milliseconds per reconcile pass (this process's CPU time: a shared machine's other load does not
     count, as it would in wall time); with ``shared_view`` the pass is handed a view built before."""
-    snap = snapshot()
+    snap = snapshot(all_pods=all_pods)
     if shared_view:
         label = snap.serving["spec"].get("placement", {}).get("domainLabel", names.DEFAULT_DOMAIN_LABEL)
         snap = dataclasses.replace(snap, view=reconciler.fleet_view(snap, label))
@@ -100,4 +112,8 @@ if __name__ == "__main__":
     size = f"{RACKS * TRAYS_PER_RACK} nodes + {PODS} GPU pods + {SERVINGS - 1} other servings' groups"
     print(f"reconcile pass, {size}, building the fleet view: {measure():.1f} ms CPU (median of {REPEATS})")
     print(f"reconcile pass, {size}, shared fleet view: {measure(shared_view=True):.1f} ms CPU (median of {REPEATS})")
+    before = measure(shared_view=True, all_pods=True)
+    print(
+        f"  the same, handed every GPU pod (before the serving_pods index): {before:.1f} ms CPU (median of {REPEATS})"
+    )
     sys.exit(0)
