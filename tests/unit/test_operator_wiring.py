@@ -258,3 +258,16 @@ def test_kopf_is_sent_only_nvlfleets_own_objects_of_each_child_kind() -> None:
     assert selectors("apps", "v1", "deployments") == [own]
     assert selectors("", "v1", "pods") == []  # every GPU pod holds GPUs, whoever made it
     assert selectors("nvlfleet.io", "v1alpha1", "deepseekservings") == []
+
+
+def test_a_gpu_pod_is_indexed_under_its_namespace_and_serving_and_one_no_serving_labels_is_not() -> None:
+    labels = {"nvlfleet.io/serving": "chat", "leaderworkerset.sigs.k8s.io/name": "chat-decode"}
+    pod = kopf.Body({"metadata": {"name": "chat-decode-0", "namespace": "team-a", "labels": labels}})
+    other = kopf.Body({"metadata": {"name": "training-0", "namespace": "team-a", "labels": {}}})
+
+    indexed = asyncio.run(main.serving_pods(namespace="team-a", labels=labels, body=pod))
+    left_out = asyncio.run(main.serving_pods(namespace="team-a", labels={}, body=other))
+
+    assert list(indexed) == [("team-a", "chat")]
+    assert indexed[("team-a", "chat")]["metadata"]["name"] == "chat-decode-0"
+    assert left_out == {}
