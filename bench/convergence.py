@@ -39,6 +39,7 @@ from typing import Any
 
 import benchcluster
 from kubernetes import client, watch
+from localcluster import fleet
 
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import models
@@ -73,6 +74,17 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
             "router": {"enabled": False},
         },
     }
+
+
+def add_racks(cluster: benchcluster.BenchCluster, count: int, trays: int, say: Callable[[str], None]) -> int:
+    """GB200 racks added as fleet ``EXTRA_FLEET`` beside ``trays`` trays so that ``count`` servings' groups fit
+    (+2 spare trays), numbered after them; how many (0 when they fit already)."""
+    per_rack = fleet.gpu_model("GB200").nodes_per_domain
+    missing = -(-(count * PODS_PER_SERVING + 2 - trays) // per_rack)
+    if missing > 0:
+        say(f"adding {missing} racks to the {trays} trays for N={count} (fleet {EXTRA_FLEET})")
+        cluster.fleet(missing, name=EXTRA_FLEET, first_slot=trays)
+    return max(0, missing)
 
 
 def names(count: int) -> list[str]:

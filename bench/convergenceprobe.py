@@ -18,21 +18,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import pathlib
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import benchcluster
 import convergence
 import profiler
 import sidebyside
+from kubernetes import client
 from localcluster import fleet
-
-TRAYS_PER_RACK = 18
 
 FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes")
 
@@ -63,17 +60,6 @@ def run(
     return {**figures, "ready": found.ready, "timed_out": found.timed_out, "load": os.getloadavg()[0]}
 
 
-def _enough_racks(cluster: benchcluster.BenchCluster, count: int, say: Callable[[str], None]) -> None:
-    """Racks added (fleet ``bench-conv``, as figure 1 adds them) until ``count`` servings' groups fit, +2 trays."""
-    from kubernetes import client
-
-    trays = len(client.CoreV1Api(cluster.admin).list_node(label_selector=f"{fleet.LABEL_CLIQUE}").items)
-    missing = math.ceil((count * convergence.PODS_PER_SERVING + 2 - trays) / TRAYS_PER_RACK)
-    if missing > 0:
-        say(f"adding {missing} racks to the {trays} trays for {count} servings (fleet {convergence.EXTRA_FLEET})")
-        cluster.fleet(missing, name=convergence.EXTRA_FLEET, first_slot=trays)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=pathlib.Path, help="operator/ directories of the trees to compare")
@@ -96,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     say = lambda text: print(time.strftime("%H:%M:%S"), text, file=sys.stderr, flush=True)  # noqa: E731
     cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=say).attach()
-    _enough_racks(cluster, args.count, say)
+    trays = len(client.CoreV1Api(cluster.admin).list_node(label_selector=fleet.LABEL_CLIQUE).items)
+    convergence.add_racks(cluster, args.count, trays, say)
     say(f"{args.count} servings per run; {len(args.trees)} trees × {args.repeats} repeats")
     runs = sidebyside.alternate(
         args.trees, args.repeats, lambda tree, tag: run(cluster, tree, args.count, args, tag), say

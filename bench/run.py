@@ -290,13 +290,8 @@ class Bench:
         """Racks added for the largest N beyond the shared bench fleet (removed after figure 1); how many."""
         import convergence
 
-        trays = max(self.sizes.convergence) * convergence.PODS_PER_SERVING + 2
-        missing = math.ceil(trays / 18) - self.sizes.racks
-        if missing > 0:
-            largest = max(self.sizes.convergence)
-            self.say(f"    adding {missing} racks for N={largest} (fleet {convergence.EXTRA_FLEET})")
-            cluster.fleet(missing, name=convergence.EXTRA_FLEET, first_slot=self.sizes.racks * 18)
-        return max(0, missing)
+        trays = self.sizes.racks * 18
+        return convergence.add_racks(cluster, max(self.sizes.convergence), trays, lambda m: self.say(f"    {m}"))
 
     def profile_note(self, during: str, path: pathlib.Path) -> None:
         frames = profiler.hottest(
