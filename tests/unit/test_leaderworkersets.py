@@ -42,3 +42,41 @@ def test_an_owner_reference_to_a_serving_that_does_not_exist_holds_nothing() -> 
 
 def test_without_the_live_set_an_owner_reference_is_enough() -> None:
     assert held_groups(lws("real", "uid-1")) == {"real": 9}
+
+
+def versioned(name: str, uid: str, version: str, replicas: int = 9) -> dict[str, Any]:
+    obj = lws(name, f"owner-{name}")
+    obj["metadata"].update(uid=uid, resourceVersion=version)
+    obj["spec"]["replicas"] = replicas
+    return obj
+
+
+def held_through(holds: leaderworkersets.Holds, *fleet: dict[str, Any]) -> dict[str, int]:
+    found = leaderworkersets.held(fleet, names.DEFAULT_DOMAIN_LABEL, holds=holds)
+    return {p.serving.name: sum(p.groups.values()) for p in found}
+
+
+def test_read_through_the_memo_a_fleet_holds_what_it_holds_read_directly() -> None:
+    fleet = (versioned("a", "u1", "10"), versioned("b", "u2", "11", replicas=3), lws("fake", None))
+    holds = leaderworkersets.Holds()
+
+    assert held_through(holds, *fleet) == held_groups(*fleet) == {"a": 9, "b": 3}
+    assert held_through(holds, *fleet) == {"a": 9, "b": 3}  # the second read is answered from the memo
+
+
+def test_a_new_version_of_a_set_is_read_again_and_the_memo_keeps_only_the_latest_fleet() -> None:
+    holds = leaderworkersets.Holds()
+    held_through(holds, versioned("a", "u1", "10"), versioned("b", "u2", "11"))
+
+    assert held_through(holds, versioned("a", "u1", "12", replicas=4)) == {"a": 4}
+    assert held_through(holds, versioned("a", "u1", "12", replicas=4)) == {"a": 4}
+    assert len(holds) == 1  # b left the fleet; a's old version is gone
+
+
+def test_a_set_without_a_resource_version_is_read_each_time() -> None:
+    holds = leaderworkersets.Holds()
+    first, second = lws("a", "uid-1"), lws("a", "uid-1")
+    second["spec"]["replicas"] = 2
+
+    assert held_through(holds, first) == {"a": 9}
+    assert held_through(holds, second) == {"a": 2}

@@ -62,7 +62,7 @@ from nvlfleet.adapters import (
 )
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import names, ownership, reasons
-from nvlfleet.core import inventory, reconciler
+from nvlfleet.core import inventory, leaderworkersets, reconciler
 
 log = logging.getLogger("nvlfleet")
 
@@ -103,6 +103,7 @@ class Operator:
         self.fleet_version = fleetversion.FleetVersion()
         self._views = fleetversion.Views(max_age=config.debounce_seconds / 2)
         self._fleet: tuple[int, list[Mapping[str, Any]]] = (-1, [])  # the merged fleet_lws index, by version
+        self._holds = leaderworkersets.Holds()  # what each version of each LeaderWorkerSet holds, between views
         self.nudges = nudges.Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = exporter.OperatorMetrics()
@@ -271,7 +272,8 @@ class Operator:
         label = placement.get("domainLabel", names.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
         if not isinstance(label, str):
             return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
-        view = self._views.view(label, version, functools.partial(reconciler.fleet_view, snap, label), fresh=fresh)
+        build = functools.partial(reconciler.fleet_view, snap, label, self._holds)
+        view = self._views.view(label, version, build, fresh=fresh)
         return dataclasses.replace(snap, view=view)
 
     def changed(self) -> None:

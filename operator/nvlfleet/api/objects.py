@@ -15,7 +15,9 @@ from typing import Any
 
 def as_mapping(value: object) -> Mapping[str, Any]:
     """``value`` if it is a map, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
+    # A decoded object's maps are dicts: checking that first skips the abstract-class check of ``Mapping``, the
+    # larger part of this call's cost, in a function a fleet view calls some ten thousand times.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def event_time(event: Mapping[str, Any]) -> datetime.datetime | None:

@@ -154,7 +154,9 @@ class Node:
         return self.ready and not self.unschedulable and self.gpus > 0
 
     def with_pods(self, pods: Sequence[GpuPod]) -> Node:
-        return dataclasses.replace(self, pods=tuple(pods))
+        # Not dataclasses.replace, which looks up the fields on every call: a fleet view merges the bound pods
+        # into a node this way for every busy node of the fleet, and is rebuilt many times while a fleet rolls out.
+        return Node(self.name, self.labels, self.gpus, self.ready, self.unschedulable, self.taints, tuple(pods))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -307,13 +309,24 @@ def build(
     by_node: dict[str, list[GpuPod]] = {}
     for pod in pods:
         by_node.setdefault(pod.node, []).append(pod)
-    merged = [
-        n.with_pods([*n.pods, *sorted(by_node[n.name], key=lambda p: (p.namespace, p.name))])
-        if n.name in by_node
-        else n
-        for n in nodes
-    ]
-    return Inventory(nodes=tuple(sorted(merged, key=lambda n: n.name)), domain_label=domain_label)
+    merged = []
+    for n in nodes:
+        mine = by_node.get(n.name)
+        if mine:
+            if len(mine) > 1:
+                mine.sort(key=_pod_order)
+            n = n.with_pods((*n.pods, *mine))
+        merged.append(n)
+    merged.sort(key=_node_name)
+    return Inventory(nodes=tuple(merged), domain_label=domain_label)
+
+
+def _pod_order(pod: GpuPod) -> tuple[str, str]:
+    return pod.namespace, pod.name
+
+
+def _node_name(node: Node) -> str:
+    return node.name
 
 
 # ---------------------------------------------------------------------------------------------------------------

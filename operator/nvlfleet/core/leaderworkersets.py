@@ -80,30 +80,81 @@ def placements_of(
     ]
 
 
+# What one LeaderWorkerSet holds: (its serving's role, nodes per group, domain, groups, the owning serving's uid).
+Hold = tuple[inventory.RoleKey, int, str, int, str]
+
+
+class Holds:
+    """What each LeaderWorkerSet holds, read once per version of it (its uid and resourceVersion) and domain label.
+
+    A fleet view reads every serving's LeaderWorkerSets (``held``), and while a fleet rolls out the operator builds
+    one many times a minute, each time from the thousand sets of a thousand servings of which one or two changed
+    since the last; reading each one's labels, owner reference and affinity again was the larger part of a view
+    (``bench/reconcile_bench.py``). A resourceVersion names one content of one object, so what was read of it
+    stays true. Only the sets of the latest read of each label are kept: the memo never outgrows the fleet."""
+
+    def __init__(self) -> None:
+        self._by_label: dict[str, dict[tuple[str, str], Hold | None]] = {}
+
+    def __len__(self) -> int:
+        """Versions of LeaderWorkerSets remembered, over every label."""
+        return sum(map(len, self._by_label.values()))
+
+    def read(self, fleet: Iterable[Mapping[str, Any]], label: str) -> list[Hold]:
+        """``hold`` of each of ``fleet`` that holds something, in ``fleet``'s order."""
+        before = self._by_label.get(label, {})
+        now: dict[tuple[str, str], Hold | None] = {}
+        found = []
+        for lws in fleet:
+            meta = objects.as_mapping(lws.get("metadata"))
+            uid, version = meta.get("uid"), meta.get("resourceVersion")
+            if isinstance(uid, str) and uid and isinstance(version, str) and version:
+                key = (uid, version)
+                one = before[key] if key in before else hold(lws, label)
+                now[key] = one
+            else:  # no version to name what was read: read it again each time
+                one = hold(lws, label)
+            if one is not None:
+                found.append(one)
+        self._by_label[label] = now
+        return found
+
+
+def hold(lws: Mapping[str, Any], label: str) -> Hold | None:
+    """What one LeaderWorkerSet holds (see ``held``): None unless a serving owns it, labels its role and pins it
+    to a domain of ``label``."""
+    meta = objects.as_mapping(lws.get("metadata"))
+    labels = objects.as_mapping(meta.get("labels"))
+    name, role = labels.get(names.SERVING_LABEL), labels.get(names.ROLE_LABEL)
+    uid = ownership.owning_serving_uid(lws)
+    if uid is None or not isinstance(name, str) or not isinstance(role, str):
+        return None
+    where = domain(lws, label)
+    if where is None:
+        return None
+    replicas, size = groups(lws)
+    owner = inventory.RoleKey(inventory.ServingKey(str(meta.get("namespace", "default")), name), role)
+    return owner, size, where, replicas, uid
+
+
 def held(
-    fleet: Iterable[Mapping[str, Any]], label: str, live: frozenset[str] | None = None
+    fleet: Iterable[Mapping[str, Any]],
+    label: str,
+    live: frozenset[str] | None = None,
+    holds: Holds | None = None,
 ) -> list[placements.Placement]:
-    """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them.
+    """Every serving's groups per role and domain, from the LeaderWorkerSets nvlfleet made for them (read through
+    ``holds`` when given, which remembers what each version of a set holds).
 
     Only a LeaderWorkerSet a serving owns holds capacity: nvlfleet's labels and domain annotation can be written
     on any object, so a hand-made one (no controller owner reference to a DeepSeekServing, or one to a serving
     that no longer exists: ``live``, the uids of the servings that do, when the adapter knows them) holds nothing.
     Its pods, if any ever bind, hold their GPUs through the inventory like any other pod."""
     found: dict[inventory.RoleKey, tuple[int, dict[str, int]]] = {}
-    for lws in fleet:
-        meta = objects.as_mapping(lws.get("metadata"))
-        labels = objects.as_mapping(meta.get("labels"))
-        name, role = labels.get(names.SERVING_LABEL), labels.get(names.ROLE_LABEL)
-        uid = ownership.owning_serving_uid(lws)
-        if uid is None or (live is not None and uid not in live) or not isinstance(name, str):
+    read = holds.read(fleet, label) if holds is not None else [h for lws in fleet if (h := hold(lws, label))]
+    for owner, size, where, replicas, uid in read:
+        if live is not None and uid not in live:
             continue
-        if not isinstance(role, str):
-            continue
-        owner = inventory.RoleKey(inventory.ServingKey(str(meta.get("namespace", "default")), name), role)
-        where = domain(lws, label)
-        if where is None:
-            continue
-        replicas, size = groups(lws)
         _, per = found.setdefault(owner, (size, {}))
         per[where] = per.get(where, 0) + replicas
     return [

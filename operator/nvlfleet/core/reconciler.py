@@ -329,12 +329,13 @@ def _grows(held: Iterable[placements.Placement], placement: Mapping[str, Mapping
     return any(groups > now.get((role, domain), 0) for role, per in placement.items() for domain, groups in per.items())
 
 
-def fleet_view(snap: Snapshot, domain_label: str) -> FleetView:
-    """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values."""
+def fleet_view(snap: Snapshot, domain_label: str, holds: leaderworkersets.Holds | None = None) -> FleetView:
+    """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values (``holds``:
+    what the adapter remembers of each LeaderWorkerSet between views, ``leaderworkersets.Holds``)."""
     return FleetView(
         domain_label,
         _inventory(snap, domain_label),
-        tuple(leaderworkersets.held(snap.fleet, domain_label, snap.live_servings)),
+        tuple(leaderworkersets.held(snap.fleet, domain_label, snap.live_servings, holds)),
     )
 
 
