@@ -28,9 +28,10 @@ from localcluster import fleet
 
 from nvlfleet.adapters import caches
 from nvlfleet.api import names
-from nvlfleet.core import reconciler
+from nvlfleet.core import leaderworkersets, reconciler
 
 RACKS, PODS, SERVINGS, REPEATS = 56, 1000, 1000, 30
+CONVERGENCE_RACKS, CONVERGENCE_PODS = 112, 2000  # figure 1 at N = 1,000: its 56 racks added, two pods a serving
 TRAYS_PER_RACK = 18
 
 
@@ -92,6 +93,25 @@ def _pod(index: int, node: str) -> dict[str, Any]:
     }
 
 
+def view_ms(repeats: int = REPEATS, *, remembered: bool = True) -> float:
+    """Median CPU milliseconds to build one fleet view with its per-domain sums, on a fleet the size of figure 1's
+    largest run (``CONVERGENCE_RACKS``: the bench fleet and the racks figure 1 adds; ``CONVERGENCE_PODS`` bound GPU
+    pods; the LeaderWorkerSets of a thousand servings, figure 2's single-tray ones as ``snapshot`` places them): what
+    a pass that places groups pays while a fleet rolls out. With
+    ``remembered`` the operator's memo of each LeaderWorkerSet's holding is warm (``leaderworkersets.Holds``: the
+    sets did not change since the view before); without it each set is read again, as before the memo."""
+    snap = snapshot(racks=CONVERGENCE_RACKS, pods=CONVERGENCE_PODS)
+    label = names.DEFAULT_DOMAIN_LABEL
+    holds = leaderworkersets.Holds() if remembered else None
+    reconciler.fleet_view(snap, label, holds).summed  # noqa: B018 -- warm-up (and the memo's first read)
+    times = []
+    for _ in range(repeats):
+        started = time.process_time()
+        reconciler.fleet_view(snap, label, holds).summed  # noqa: B018 -- the sums are part of a view's cost
+        times.append((time.process_time() - started) * 1000)
+    return statistics.median(times)
+
+
 def measure(repeats: int = REPEATS, *, shared_view: bool = False, all_pods: bool = False) -> float:
     """Median CPU milliseconds per reconcile pass (this process's CPU time: a shared machine's other load does not
     count, as it would in wall time); with ``shared_view`` the pass is handed a view built before."""
@@ -116,4 +136,8 @@ if __name__ == "__main__":
     print(
         f"  the same, handed every GPU pod (before the serving_pods index): {before:.1f} ms CPU (median of {REPEATS})"
     )
+    big = f"{CONVERGENCE_RACKS * TRAYS_PER_RACK} nodes + {CONVERGENCE_PODS} GPU pods + {SERVINGS - 1} servings' groups"
+    print(f"fleet view with its sums, {big}:")
+    print(f"  each LeaderWorkerSet remembered (leaderworkersets.Holds): {view_ms():.1f} ms CPU (median of {REPEATS})")
+    print(f"  each LeaderWorkerSet read again:                          {view_ms(remembered=False):.1f} ms CPU")
     sys.exit(0)
