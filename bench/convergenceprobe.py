@@ -9,7 +9,8 @@ as fleet ``bench-conv``, left in place for the next probe. Each run is ``converg
 namespace (created → every serving Ready; pods Ready beside it), the namespace deleted and its pods gone before the
 next; no plain client runs, so a ratio here is tree against tree, not against the API server's limit. The trees
 alternate within each repeat, so a drift of the machine's load spreads over all of them. ``--profile DIR`` records
-each run's operator with ``py-spy record --gil`` (the samples split its CPU) into ``DIR/<repeat>-<tree index>.txt``.
+each run's operator with ``py-spy record --gil --nonblocking`` (the samples split its CPU; the operator is not
+stopped for each sample, which would stretch every pass it times) into ``DIR/<repeat>-<tree index>.txt``.
 
     PYTHONPATH=$PWD/cluster .venv/bin/python bench/convergenceprobe.py operator /tmp/old/operator --count 200
 """
@@ -43,7 +44,7 @@ def run(
     profile = None
     if args.profile is not None:
         output = args.profile / f"{tag}.txt"
-        profile = lambda pid: profiler.PySpy(pid, output, gil=True, rate=100)  # noqa: E731
+        profile = lambda pid: profiler.PySpy(pid, output, gil=True, rate=100, nonblocking=True)  # noqa: E731
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(tree.resolve())  # OperatorProcess hands the child this process's environment
     try:

@@ -27,10 +27,19 @@ class PySpy:
     """``py-spy record`` of one PID into ``output`` (collapsed stacks), stopped with SIGINT so it writes out."""
 
     def __init__(
-        self, pid: int, output: pathlib.Path, *, idle: bool = False, gil: bool = False, rate: int = 50
+        self,
+        pid: int,
+        output: pathlib.Path,
+        *,
+        idle: bool = False,
+        gil: bool = False,
+        rate: int = 50,
+        nonblocking: bool = False,
     ) -> None:
         """``gil``: sample only the thread holding the GIL, so the samples split the process's CPU (without it, a
-        worker thread waiting for the GIL or for a socket counts as much as the one running)."""
+        worker thread waiting for the GIL or for a socket counts as much as the one running). ``nonblocking``: read
+        the stacks without pausing the process; by default py-spy stops it for each sample, which stretches what a
+        run times (a stack read while it changes may be torn now and then: a few odd frames, not a bias)."""
         exe = available()
         if exe is None:
             raise RuntimeError("py-spy is not installed (pip install py-spy)")
@@ -40,6 +49,8 @@ class PySpy:
             command.append("--idle")
         if gil:
             command.append("--gil")
+        if nonblocking:
+            command.append("--nonblocking")
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> pathlib.Path:
