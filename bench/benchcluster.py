@@ -194,6 +194,20 @@ class BenchCluster:
 
     # -- namespaces and fleets -------------------------------------------------------------------------------
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds each of the cluster's processes has used so far, by component (from their recorded PIDs);
+        a process that is gone is left out."""
+        import proc
+
+        found = {}
+        for pid_file in sorted((self.root / "pids").glob("*.pid")):
+            text = pid_file.read_text().split()
+            try:
+                found[pid_file.stem] = proc.cpu_seconds(int(text[0]))
+            except (IndexError, ValueError, OSError):
+                continue
+        return found
+
     def namespace(self, name: str) -> str:
         """A fresh namespace whose default ServiceAccount exists (pods need it)."""
         core = client.CoreV1Api(self.admin)

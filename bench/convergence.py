@@ -13,6 +13,11 @@ Measured on the benchmark cluster (``benchcluster``), side by side, each run in 
   children in order, as one pass applies them), the reference the ratio is taken against; and **serial**, one
   object after the other, kept as a second row. Its apply loop alone is timed too (``applied_seconds``).
 
+Beside the time, each run notes the CPU every process of it used meanwhile (``MachineCpu``: the control plane's
+components by their recorded PIDs, this process, the operator). On two cores a run of 1,000 servings keeps both
+busy, the reference's as much as nvlfleet's, so the time a run takes follows the CPU it needs: the row says how
+much of nvlfleet's overhead is the operator's own CPU and how much the work it makes the control plane do.
+
 ``measure`` repeats the runs (nvlfleet, concurrent, serial) ``repeats`` times per N, each repeat's ratio taken
 against its own reference, and notes the machine's 1-minute load average after each repeat; the serial reference
 may run in the first repeats only (``serial_repeats``: ``bench/run.py`` runs it once per N, and its row says so).
@@ -103,6 +108,34 @@ class Run:
     ready: int = 0  # servings (or pods) ready at the end
     reads: float | None = None  # the operator's reads during the run (its watches' lists included)
     passes: float | None = None  # the operator's reconcile passes during the run, when counted (``count_passes``)
+    # CPU every process of the run used during it: the control plane's (``BenchCluster.cpu_seconds``), this
+    # process's (its watches; the plain client's applies) and the operator's. On a machine the run saturates, the
+    # time a run takes follows it, so it says what the operator costs beyond its own CPU.
+    machine_cpu_seconds: float | None = None
+
+
+class MachineCpu:
+    """CPU used by the cluster's processes, this process and ``extra`` PIDs (the operator) between ``start`` and
+    ``stop``; a component that stopped or started in between is left out of the sum."""
+
+    def __init__(self, cluster: benchcluster.BenchCluster, *extra: int) -> None:
+        self._cluster, self._extra = cluster, extra
+        self._before: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        from proc import cpu_seconds
+
+        found = {**self._cluster.cpu_seconds(), "bench": time.process_time()}
+        found.update({f"pid {pid}": cpu_seconds(pid) for pid in self._extra})
+        return found
+
+    def start(self) -> MachineCpu:
+        self._before = self._now()
+        return self
+
+    def stop(self) -> float:
+        after = self._now()
+        return sum(after[k] - self._before[k] for k in after if k in self._before)
 
 
 class ReadyWatch:
@@ -237,6 +270,7 @@ def run_operator(
         before = cluster.requests()
         passes = _passes(port) if port else None
         cpu = cpu_seconds(operator.pid)
+        machine = MachineCpu(cluster, operator.pid).start()
         if profile is not None:
             profiler = profile(operator.pid)
         started = time.monotonic()
@@ -247,6 +281,7 @@ def run_operator(
         except TimeoutError:
             done, timed_out = time.monotonic(), True
         cpu = cpu_seconds(operator.pid) - cpu
+        machine_cpu = machine.stop()
         pods_done = pods.reached_at or done
         requests = cluster.requests()
         writes = requests.get("operator-writes", 0.0) - before.get("operator-writes", 0.0)
@@ -273,6 +308,7 @@ def run_operator(
         ready=ready,
         reads=reads,
         passes=passes,
+        machine_cpu_seconds=machine_cpu,
     )
 
 
@@ -329,6 +365,7 @@ def run_plain_client(
     ).start()
     try:
         before = cluster.requests().get("plain-client-writes", 0.0)
+        machine = MachineCpu(cluster).start()
         started = time.monotonic()
         if concurrency <= 1:
             for children in per_serving:
@@ -340,11 +377,18 @@ def run_plain_client(
                 list(pool.map(lambda children: [server_side_apply(api, c) for c in children], per_serving))
         applied = time.monotonic()
         done = watcher.wait(timeout)
+        machine_cpu = machine.stop()
         writes = cluster.requests().get("plain-client-writes", 0.0) - before
     finally:
         watcher.stop()
         api.close()
-    return Run(done - started, writes, applied_seconds=applied - started, ready=expected_pods)
+    return Run(
+        done - started,
+        writes,
+        applied_seconds=applied - started,
+        ready=expected_pods,
+        machine_cpu_seconds=machine_cpu,
+    )
 
 
 def plan(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:

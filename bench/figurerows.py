@@ -108,6 +108,19 @@ def convergence_rows(count: int, cap: float, repeats: list[convergence.Repeat]) 
         unit="",
         label="plain SSA client",
     )
+    machine = [(o.machine_cpu_seconds, c.machine_cpu_seconds) for o, c in zip(ops, conc, strict=True)]
+    if all(o is not None and c is not None for o, c in machine):
+        cpu_ratios = report.spread([report.ratio(o, c) for o, c in machine])
+        row(
+            "CPU of every process of the run (control plane, bench, operator)",
+            report.spread([o for o, _ in machine]),
+            report.spread([c for _, c in machine]),
+            unit="CPU s",
+            label="control plane and bench, plain client",
+            ratios=cpu_ratios,
+        )
+        row("of it the operator's own", seconds(ops, "cpu_seconds"), unit="CPU s")
+        out.summary[f"convergence_cpu_ratio_n{count}"] = rounded(cpu_ratios.median, 3)
     out.summary[f"convergence_ratio_n{count}"] = rounded(ratios.median, 3)
     out.summary[f"convergence_ratio_serial_n{count}"] = rounded(serial_ratios.median, 3)
     overhead = report.spread([r.overhead_seconds for r in repeats]).median

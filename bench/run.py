@@ -6,7 +6,7 @@ Figures, one module each (their docstrings say exactly what is timed and against
 
 1. ``convergence``  — N servings through nvlfleet ÷ the same children applied by a plain client with the
    operator's concurrency (N = 50, 200, 1,000; 3 repeats each, median and min–max; the serial client beside,
-   once per N).
+   once per N), and the CPU every process of each run used (control plane, bench, operator).
 2. ``steadystate``  — operator RSS (and its growth per 100 servings), CPU, reads, writes and passes per minute
    with 1,000 servings and their pods, idle; a restart on the unchanged fleet; writes per new serving.
 3. ``placement``    — planner time for 1,000 groups on 100 racks and 10,000 groups on 1,000 racks; placement

@@ -44,6 +44,29 @@ def test_a_convergence_repeat_cut_short_makes_its_figures_lower_bounds_and_says_
     assert "150 of 200" in out.notes[0]
 
 
+def test_the_cpu_of_every_process_of_a_run_is_compared_with_the_reference_s_and_the_operator_s_share_shown() -> None:
+    def costed(nvlfleet_cpu: float, operator_cpu: float, reference_cpu: float) -> convergence.Repeat:
+        return convergence.Repeat(
+            nvlfleet=run(500, machine_cpu_seconds=nvlfleet_cpu, cpu_seconds=operator_cpu),
+            concurrent=run(450, machine_cpu_seconds=reference_cpu),
+            serial=None,
+            load=2.0,
+        )
+
+    out = figurerows.convergence_rows(1000, 2400, [costed(1050, 175, 900), costed(1000, 150, 1000)])
+    cpu = next(r for r in out.rows if "CPU of every process" in r.measure)
+    assert (cpu.value, cpu.reference) == (1025, 950)  # medians of two
+    assert out.summary["convergence_cpu_ratio_n1000"] == round((1050 / 900 + 1.0) / 2, 3)
+    own = next(r for r in out.rows if "operator's own" in r.measure)
+    assert own.value == 162.5
+
+
+def test_runs_without_the_cpu_of_their_processes_print_no_cpu_row() -> None:
+    out = figurerows.convergence_rows(200, 900, [repeat(110, 100, 120)])
+    assert not any("CPU" in r.measure for r in out.rows)
+    assert "convergence_cpu_ratio_n200" not in out.summary
+
+
 def scheduler_result(rows: dict[str, dict[str, int]], why: dict[str, str] | None = None) -> dict[str, object]:
     return {"racks": 2, "groups": 12, "rows": rows, "why": why or {}, "load": 1.5}
 
