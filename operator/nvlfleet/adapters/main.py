@@ -182,7 +182,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: An
             raise kopf.PermanentError(str(err)) from err
         op.tasks.append(asyncio.create_task(_hold(runner), name="metrics exporter"))
     op.nudges.hold()  # released by the first handler kopf runs: its index pre-population is then over
-    worker = nudges.work(op.nudges, op.reconcile, watched=op.watched, retry_seconds=op.config.retry_seconds)
+    worker = nudges.work(
+        op.nudges,
+        op.reconcile,
+        watched=op.watched,
+        waiting=op.in_flight.waiting,
+        retry_seconds=op.config.retry_seconds,
+    )
     op.tasks.append(asyncio.create_task(worker, name="nudges"))
     op.tasks.append(asyncio.create_task(op.telemetry.scraper.run(op.config.scrape_seconds), name="scraper"))
     op.tasks.append(asyncio.create_task(nudges.every(op.config.status_metrics_seconds, op.write_status_metrics)))
