@@ -80,3 +80,16 @@ def test_a_set_without_a_resource_version_is_read_each_time() -> None:
 
     assert held_through(holds, first) == {"a": 9}
     assert held_through(holds, second) == {"a": 2}
+
+
+def test_a_role_whose_sets_hold_the_same_keeps_its_placement_and_one_that_changed_gets_a_new_one() -> None:
+    holds = leaderworkersets.Holds()
+    label = names.DEFAULT_DOMAIN_LABEL
+    first = leaderworkersets.held([versioned("a", "u1", "10"), versioned("b", "u2", "11")], label, holds=holds)
+    then = leaderworkersets.held(
+        [versioned("a", "u1", "10"), versioned("b", "u2", "12", replicas=4)], label, holds=holds
+    )
+
+    assert then[0] is first[0]
+    assert then[1] is not first[1]
+    assert then == leaderworkersets.held([versioned("a", "u1", "10"), versioned("b", "u2", "12", replicas=4)], label)
