@@ -218,3 +218,28 @@ def test_a_label_key_that_is_not_a_string_is_reported_with_its_path() -> None:
     with pytest.raises(problems.InvalidSpec) as err:
         kubeobjects.from_objects([odd])
     assert [str(p) for p in err.value.problems] == ["nodes[0].metadata.labels: expected string keys, got int 7"]
+
+
+def test_a_build_through_merges_reuses_a_busy_node_whose_node_and_pods_are_the_same_objects() -> None:
+    a, b = one(fb.node("a", rack=0)), one(fb.node("b", rack=0))
+    on_a, on_b = inventory.GpuPod("team", "p0", "a", 4), inventory.GpuPod("team", "p1", "b", 4)
+    merges = inventory.Merges()
+    first = inventory.build([a, b], [on_a, on_b], merges=merges)
+    moved = inventory.GpuPod("team", "p1", "b", 4)  # b's pod changed: a new object, though equal
+    then = inventory.build([a, b], [on_a, moved], merges=merges)
+
+    assert then.nodes[0] is first.nodes[0]
+    assert then.nodes[1] is not first.nodes[1]
+    assert then.nodes[1].pods == (moved,)
+    assert [n.pods for n in then.nodes] == [n.pods for n in inventory.build([a, b], [on_a, moved]).nodes]
+
+
+def test_merges_keep_only_the_nodes_of_the_latest_build() -> None:
+    a, b = one(fb.node("a", rack=0)), one(fb.node("b", rack=0))
+    merges = inventory.Merges()
+    inventory.build(
+        [a, b], [inventory.GpuPod("team", "p0", "a", 4), inventory.GpuPod("team", "p1", "b", 4)], merges=merges
+    )
+    inventory.build([a, b], [inventory.GpuPod("team", "p0", "a", 4)], merges=merges)
+
+    assert len(merges) == 1

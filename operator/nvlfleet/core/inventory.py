@@ -302,10 +302,46 @@ def _has_gpus(node: Node) -> bool:
     return node.gpus > 0 or node.gpu_product is not None
 
 
+class Merges:
+    """Each busy node as the last ``build`` merged it with its GPU pods, by name: the same node object with the
+    same pod objects (the watch caches' parsed ones, which stay the same objects until their object changes) is
+    merged once, not once per fleet view. While a fleet rolls out the operator builds a view many times a minute,
+    and making every busy node anew was the largest own-time frame of building its inventory. Only the nodes of
+    the latest build are kept: the memo never outgrows the fleet."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Node, list[GpuPod], Node]] = {}
+        self._now: dict[str, tuple[Node, list[GpuPod], Node]] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def merged(self, node: Node, pods: list[GpuPod]) -> Node:
+        last = self._last.get(node.name)
+        if last is not None and last[0] is node and len(last[1]) == len(pods) and all(map(_same, last[1], pods)):
+            out = last[2]
+        else:
+            out = node.with_pods((*node.pods, *pods))
+        self._now[node.name] = (node, pods, out)
+        return out
+
+    def kept(self) -> None:
+        """The build is over: what it merged is what the next one compares with."""
+        self._last, self._now = self._now, {}
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
+
+
 def build(
-    nodes: Iterable[Node], pods: Iterable[GpuPod] = (), domain_label: str = names.DEFAULT_DOMAIN_LABEL
+    nodes: Iterable[Node],
+    pods: Iterable[GpuPod] = (),
+    domain_label: str = names.DEFAULT_DOMAIN_LABEL,
+    merges: Merges | None = None,
 ) -> Inventory:
-    """An inventory from parsed nodes and pods; pods on nodes not listed are ignored (they hold nothing here)."""
+    """An inventory from parsed nodes and pods; pods on nodes not listed are ignored (they hold nothing here).
+    ``merges``: the busy nodes the last build merged, which this one reuses where nothing changed (``Merges``)."""
     by_node: dict[str, list[GpuPod]] = {}
     for pod in pods:
         by_node.setdefault(pod.node, []).append(pod)
@@ -315,8 +351,10 @@ def build(
         if mine:
             if len(mine) > 1:
                 mine.sort(key=_pod_order)
-            n = n.with_pods((*n.pods, *mine))
+            n = merges.merged(n, mine) if merges is not None else n.with_pods((*n.pods, *mine))
         merged.append(n)
+    if merges is not None:
+        merges.kept()
     merged.sort(key=_node_name)
     return Inventory(nodes=tuple(merged), domain_label=domain_label)
 

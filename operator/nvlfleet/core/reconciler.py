@@ -303,7 +303,7 @@ def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:
     return kinds
 
 
-def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
+def _inventory(snap: Snapshot, domain_label: str, merges: inventory.Merges | None = None) -> inventory.Inventory:
     """Nodes and GPU pods as the planner sees them; an object the API server should never return is skipped."""
     ignored: list[problems.Problem] = []
     nodes = [
@@ -316,7 +316,7 @@ def _inventory(snap: Snapshot, domain_label: str) -> inventory.Inventory:
         if snap.bound is not None
         else [p for i, o in enumerate(snap.pods) if (p := kubeobjects.parse_pod(o, f"pods[{i}]", ignored))]
     )
-    return inventory.build(nodes, pods, domain_label)
+    return inventory.build(nodes, pods, domain_label, merges)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -329,12 +329,18 @@ def _grows(held: Iterable[placements.Placement], placement: Mapping[str, Mapping
     return any(groups > now.get((role, domain), 0) for role, per in placement.items() for domain, groups in per.items())
 
 
-def fleet_view(snap: Snapshot, domain_label: str, holds: leaderworkersets.Holds | None = None) -> FleetView:
-    """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values (``holds``:
-    what the adapter remembers of each LeaderWorkerSet between views, ``leaderworkersets.Holds``)."""
+def fleet_view(
+    snap: Snapshot,
+    domain_label: str,
+    holds: leaderworkersets.Holds | None = None,
+    merges: inventory.Merges | None = None,
+) -> FleetView:
+    """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values (``holds``
+    and ``merges``: what the adapter remembers between views of each LeaderWorkerSet, ``leaderworkersets.Holds``,
+    and of each busy node, ``inventory.Merges``)."""
     return FleetView(
         domain_label,
-        _inventory(snap, domain_label),
+        _inventory(snap, domain_label, merges),
         tuple(leaderworkersets.held(snap.fleet, domain_label, snap.live_servings, holds)),
     )
 
