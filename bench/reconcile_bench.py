@@ -28,7 +28,7 @@ from localcluster import fleet
 
 from nvlfleet.adapters import caches
 from nvlfleet.api import names
-from nvlfleet.core import leaderworkersets, reconciler
+from nvlfleet.core import inventory, leaderworkersets, reconciler
 
 RACKS, PODS, SERVINGS, REPEATS = 56, 1000, 1000, 30
 CONVERGENCE_RACKS, CONVERGENCE_PODS = 112, 2000  # figure 1 at N = 1,000: its 56 racks added, two pods a serving
@@ -98,16 +98,18 @@ def view_ms(repeats: int = REPEATS, *, remembered: bool = True) -> float:
     largest run (``CONVERGENCE_RACKS``: the bench fleet and the racks figure 1 adds; ``CONVERGENCE_PODS`` bound GPU
     pods; the LeaderWorkerSets of a thousand servings, figure 2's single-tray ones as ``snapshot`` places them): what
     a pass that places groups pays while a fleet rolls out. With
-    ``remembered`` the operator's memo of each LeaderWorkerSet's holding is warm (``leaderworkersets.Holds``: the
-    sets did not change since the view before); without it each set is read again, as before the memo."""
+    ``remembered`` the operator's memos are warm: of each LeaderWorkerSet's holding and each role's placement
+    (``leaderworkersets.Holds``), of each busy node merged with its pods (``inventory.Merges``) — nothing changed
+    since the view before; without them each set is read and each node merged again, as before the memos."""
     snap = snapshot(racks=CONVERGENCE_RACKS, pods=CONVERGENCE_PODS)
     label = names.DEFAULT_DOMAIN_LABEL
     holds = leaderworkersets.Holds() if remembered else None
-    reconciler.fleet_view(snap, label, holds).summed  # noqa: B018 -- warm-up (and the memo's first read)
+    merges = inventory.Merges() if remembered else None
+    reconciler.fleet_view(snap, label, holds, merges).summed  # noqa: B018 -- warm-up (and the memos' first read)
     times = []
     for _ in range(repeats):
         started = time.process_time()
-        reconciler.fleet_view(snap, label, holds).summed  # noqa: B018 -- the sums are part of a view's cost
+        reconciler.fleet_view(snap, label, holds, merges).summed  # noqa: B018 -- the sums are part of a view's cost
         times.append((time.process_time() - started) * 1000)
     return statistics.median(times)
 
@@ -138,6 +140,6 @@ if __name__ == "__main__":
     )
     big = f"{CONVERGENCE_RACKS * TRAYS_PER_RACK} nodes + {CONVERGENCE_PODS} GPU pods + {SERVINGS - 1} servings' groups"
     print(f"fleet view with its sums, {big}:")
-    print(f"  each LeaderWorkerSet remembered (leaderworkersets.Holds): {view_ms():.1f} ms CPU (median of {REPEATS})")
-    print(f"  each LeaderWorkerSet read again:                          {view_ms(remembered=False):.1f} ms CPU")
+    print(f"  sets and busy nodes remembered (Holds, Merges): {view_ms():.1f} ms CPU (median of {REPEATS})")
+    print(f"  each set read and each node merged again:       {view_ms(remembered=False):.1f} ms CPU")
     sys.exit(0)
