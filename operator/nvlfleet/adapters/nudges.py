@@ -132,7 +132,8 @@ async def work(
     waits to start (``waiting``: for the serving's lock or a free slot), it needs no other pass: that one reads
     what the nudge was about once it starts. While a fleet rolls out, passes wait tens of seconds for a slot and
     most nudges arrive then: re-queueing each ran a second pass after nearly every pass, one that found nothing
-    to do (3,000 of 6,650 passes of 1,000 new servings, ``bench/convergenceprobe.py``)."""
+    to do (of 6,650 passes of 1,000 new servings, 3,002 followed no nudge since the pass before and 2,976 of
+    those wrote nothing: docs/reliability.md)."""
     in_flight: dict[inventory.ServingKey, asyncio.Task[None]] = {}  # also keeps the tasks referenced
     again: set[inventory.ServingKey] = set()  # nudged while their pass ran: due once it has landed
     while True:

@@ -306,7 +306,7 @@ class Merges:
     """Each busy node as the last ``build`` merged it with its GPU pods, by name: the same node object with the
     same pod objects (the watch caches' parsed ones, which stay the same objects until their object changes) is
     merged once, not once per fleet view. While a fleet rolls out the operator builds a view many times a minute,
-    and making every busy node anew was the largest own-time frame of building its inventory. Only the nodes of
+    and making every busy node anew was more than half of building its inventory. Only the nodes of
     the latest build are kept: the memo never outgrows the fleet."""
 
     def __init__(self) -> None:
