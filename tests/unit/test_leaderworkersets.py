@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvlfleet.api import names, ownership
 from nvlfleet.core import leaderworkersets
@@ -93,3 +97,66 @@ def test_a_role_whose_sets_hold_the_same_keeps_its_placement_and_one_that_change
     assert then[0] is first[0]
     assert then[1] is not first[1]
     assert then == leaderworkersets.held([versioned("a", "u1", "10"), versioned("b", "u2", "12", replicas=4)], label)
+
+
+def test_only_the_sets_that_are_new_objects_are_read_again_and_the_rest_keep_their_placements() -> None:
+    holds = leaderworkersets.Holds()
+    label = names.DEFAULT_DOMAIN_LABEL
+    a, b = versioned("a", "u1", "10"), versioned("b", "u2", "11")
+    first = leaderworkersets.held([a, b], label, holds=holds)
+    then = leaderworkersets.held([a, versioned("b", "u2", "12", replicas=4)], label, holds=holds)
+
+    assert (holds.whole, holds.partial) == (1, 1)
+    assert then[0] is first[0]
+    assert then == leaderworkersets.held([a, versioned("b", "u2", "12", replicas=4)], label)
+
+
+SETS = st.lists(
+    st.tuples(
+        st.sampled_from(["new", "rewrite", "drop", "same", "live"]),
+        st.integers(0, 1000),
+        st.integers(0, 3),
+        st.sampled_from(["abc.1", "abc.2", "abc.3"]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(SETS)
+def test_a_fleet_read_from_the_last_book_holds_what_it_holds_read_anew(steps: list[tuple[str, int, int, str]]) -> None:
+    holds = leaderworkersets.Holds()
+    label = names.DEFAULT_DOMAIN_LABEL
+    fleet: list[dict[str, Any]] = []
+    live = frozenset({"owner-s0", "owner-s1", "owner-s2"})
+    for version, (what, i, j, where) in enumerate(steps):
+        if what == "new" or not fleet:  # a serving's set in one more domain; several per role, of any size
+            obj = versioned(f"s{j % 3}", f"u{version}", str(version), replicas=i % 4)
+            obj["metadata"]["labels"][names.ROLE_LABEL] = ("decode", "prefill")[i % 2]
+            obj["metadata"]["annotations"][names.DOMAIN_VALUE_ANNOTATION] = where
+            obj["spec"]["leaderWorkerTemplate"]["size"] = 1 + j % 2
+            fleet.append(obj)
+        elif what == "rewrite":  # a new version of one set
+            at = i % len(fleet)
+            fleet[at] = copy.deepcopy(fleet[at])
+            fleet[at]["metadata"]["resourceVersion"] = f"{version}"
+            fleet[at]["spec"]["replicas"] = j
+        elif what == "drop":
+            fleet.pop(i % len(fleet))
+        elif what == "same":  # the watch cache's order moved
+            fleet.append(fleet.pop(i % len(fleet)))
+        elif what == "live":
+            live = live ^ {f"owner-s{j % 3}"}
+        assert leaderworkersets.held(fleet, label, live, holds) == leaderworkersets.held(fleet, label, live)
+
+
+def test_a_role_whose_sets_differ_in_size_takes_the_first_set_s_as_the_fleet_lists_them_now() -> None:
+    holds = leaderworkersets.Holds()
+    label = names.DEFAULT_DOMAIN_LABEL
+    small, large = versioned("a", "u1", "10"), versioned("a", "u2", "11")
+    large["spec"]["leaderWorkerTemplate"]["size"] = 4
+    leaderworkersets.held([small, large], label, holds=holds)
+
+    assert [p.nodes_per_group for p in leaderworkersets.held([large, small], label, holds=holds)] == [4]
+    assert holds.partial == 1

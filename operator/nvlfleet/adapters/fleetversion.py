@@ -65,10 +65,16 @@ class Views:
         self._filed: dict[str, tuple[int, reconciler.FleetView, float]] = {}
 
     def view(
-        self, label: str, version: int, build: Callable[[], reconciler.FleetView], *, fresh: bool
+        self,
+        label: str,
+        version: int,
+        build: Callable[[reconciler.FleetView | None], reconciler.FleetView],
+        *,
+        fresh: bool,
     ) -> reconciler.FleetView:
-        """The view of ``label`` for a pass that read the caches at ``version`` (``build`` makes one of them)."""
+        """The view of ``label`` for a pass that read the caches at ``version`` (``build`` makes one of them from
+        the view filed before, if any: ``reconciler.fleet_view``'s ``base``)."""
         filed = self._filed.get(label)
         if filed is None or (filed[0] != version and (fresh or time.monotonic() - filed[2] >= self._max_age)):
-            filed = self._filed[label] = (version, build(), time.monotonic())
+            filed = self._filed[label] = (version, build(filed[1] if filed else None), time.monotonic())
         return filed[1]

@@ -104,7 +104,7 @@ class Operator:
         self._views = fleetversion.Views(max_age=config.debounce_seconds / 2)
         self._fleet: tuple[int, list[Mapping[str, Any]]] = (-1, [])  # the merged fleet_lws index, by version
         self._holds = leaderworkersets.Holds()  # what each version of each LeaderWorkerSet holds, between views
-        self._merges = inventory.Merges()  # each busy node merged with its GPU pods, between views
+        self._builds = inventory.Builds()  # the inventory of the last view, which the next is made from
         self.nudges = nudges.Nudges(config.debounce_seconds)
         self.indices: Mapping[str, Any] = {}
         self.metrics = exporter.OperatorMetrics()
@@ -273,7 +273,7 @@ class Operator:
         label = placement.get("domainLabel", names.DEFAULT_DOMAIN_LABEL) if isinstance(placement, Mapping) else None
         if not isinstance(label, str):
             return snap  # an invalid spec (the reconciler reports it) or none given: computed by the reconciler
-        build = functools.partial(reconciler.fleet_view, snap, label, self._holds, self._merges)
+        build = functools.partial(reconciler.fleet_view, snap, label, self._holds, self._builds)
         view = self._views.view(label, version, build, fresh=fresh)
         return dataclasses.replace(snap, view=view)
 

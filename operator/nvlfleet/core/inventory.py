@@ -32,12 +32,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from nvlfleet.api import names
+from nvlfleet.core import identities
 
 # Only these taint effects keep a pod off a node; PreferNoSchedule merely lowers the node's score.
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 _CLIQUE_FORM = re.compile(r"^([0-9a-fA-F]{8})[0-9a-fA-F-]{28}\.([0-9]+)$")
 
 Scope = Literal["clique", "node"]
+SCOPES: tuple[Scope, ...] = ("clique", "node")
 
 
 class ServingKey(NamedTuple):
@@ -244,10 +246,8 @@ class Inventory:
                 ready = [n for n in domain.nodes if n.schedulable]
                 nodes[domain.key], schedulable[domain.key] = len(domain.nodes), len(ready)
                 free[domain.key] = sum(1 for n in ready if not n.pods)
-                for node in ready:
-                    for owner in {p.owner for p in node.pods if p.owner is not None} if node.pods else ():
-                        where = held.setdefault(owner, {})
-                        where[domain.key] = where.get(domain.key, 0) + 1
+                for owner, count in _owners_in(ready).items():
+                    held.setdefault(owner, {})[domain.key] = count
             found = self._tallies[scope] = Tally(nodes, schedulable, free, held)
         return found
 
@@ -257,10 +257,7 @@ class Inventory:
         found = self._free.get(req)
         if found is None:
             found = self._free[req] = {
-                domain.key: sum(
-                    1 for n in domain.nodes if not n.pods and unusable_reason(n, req, self.domain_label) is None
-                )
-                for domain in self.domains(req.scope)
+                domain.key: _free_in(domain, req, self.domain_label) for domain in self.domains(req.scope)
             }
         return found
 
@@ -286,12 +283,117 @@ class Inventory:
             found = self._censuses[req] = Census(total, busy, excluded, products)
         return found
 
+    def changed(self, nodes: tuple[Node, ...], made: Mapping[str, Node]) -> Inventory:
+        """This inventory with ``nodes``: the same names in the same order, each in the same domains, ``made``
+        holding by name the ones that differ. What was derived from this one is carried over, counted again only
+        in the domains those nodes are in (``Builds``); equal to an inventory of ``nodes`` built anew."""
+        out = Inventory(nodes=nodes, domain_label=self.domain_label)
+        by_name = self.by_name()
+        out._by_name.update(by_name)
+        out._by_name.update(made)
+        old = [by_name[name] for name in made]
+        # Copies of the derived maps first: passes in other threads may still be filling this inventory's.
+        derived_domains, tallies = list(self._domains.items()), list(self._tallies.items())
+        frees, censuses = list(self._free.items()), list(self._censuses.items())
+        keys: dict[Scope, set[str]] = {}
+        for scope, domains in derived_domains:
+            keys[scope] = {k for n in old if (k := self.domain_key(n, scope)) is not None}
+            out._domains[scope] = (
+                tuple(
+                    Domain(d.key, d.label, tuple(made.get(n.name, n) for n in d.nodes)) if d.key in keys[scope] else d
+                    for d in domains
+                )
+                if keys[scope]
+                else domains
+            )
+        for scope, tally in tallies:
+            if scope in keys:
+                out._tallies[scope] = (
+                    _recounted(tally, self._domains[scope], out._domains[scope], keys[scope]) if keys[scope] else tally
+                )
+        for req, free in frees:
+            if req.scope not in keys:
+                continue
+            if keys[req.scope]:
+                free = dict(free)
+                for domain in out._domains[req.scope]:
+                    if domain.key in keys[req.scope]:
+                        free[domain.key] = _free_in(domain, req, self.domain_label)
+            out._free[req] = free
+        for req, census in censuses:
+            out._censuses[req] = _census_moved(census, old, made.values(), req, self.domain_label)
+        return out
+
     def domain_key(self, node: Node, scope: Scope = "clique") -> str | None:
         """The key of the domain ``node`` belongs to in ``scope``, or None when it belongs to none."""
         clique = node.labels.get(self.domain_label) or None
         if scope == "clique":
             return clique
         return node.hostname if clique is None and _has_gpus(node) else None
+
+
+def _owners_in(ready: Iterable[Node]) -> dict[RoleKey, int]:
+    """Per serving role, how many of ``ready`` its pods are on."""
+    count: dict[RoleKey, int] = {}
+    for node in ready:
+        for owner in {p.owner for p in node.pods if p.owner is not None} if node.pods else ():
+            count[owner] = count.get(owner, 0) + 1
+    return count
+
+
+def _free_in(domain: Domain, req: NodeRequirements, domain_label: str) -> int:
+    return sum(1 for n in domain.nodes if not n.pods and unusable_reason(n, req, domain_label) is None)
+
+
+def _recounted(tally: Tally, before: Sequence[Domain], after: Sequence[Domain], keys: set[str]) -> Tally:
+    """``tally`` with the domains of ``keys`` counted again (``after``: the domains as they are now, with the
+    same keys and node names as ``before``)."""
+    schedulable, free = dict(tally.schedulable), dict(tally.free)
+    held = dict(tally.held)
+    old = {d.key: d for d in before if d.key in keys}
+    for domain in after:
+        if domain.key not in keys:
+            continue
+        ready = [n for n in domain.nodes if n.schedulable]
+        schedulable[domain.key] = len(ready)
+        free[domain.key] = sum(1 for n in ready if not n.pods)
+        was = _owners_in(n for n in old[domain.key].nodes if n.schedulable)
+        now = _owners_in(ready)
+        for owner in was.keys() | now.keys():
+            if was.get(owner) == now.get(owner):
+                continue
+            where = dict(held.get(owner, {}))
+            if owner in now:
+                where[domain.key] = now[owner]
+            else:
+                where.pop(domain.key, None)
+            if where:
+                held[owner] = where
+            else:
+                held.pop(owner, None)
+    return Tally(tally.nodes, schedulable, free, held)
+
+
+def _census_moved(
+    census: Census, before: Iterable[Node], after: Iterable[Node], req: NodeRequirements, domain_label: str
+) -> Census:
+    """``census`` with the nodes of ``before`` counted as ``after`` (the same nodes, as they are now)."""
+    total, busy = census.total, census.busy
+    excluded, products = dict(census.excluded), dict(census.products)
+    for sign, nodes in ((-1, before), (1, after)):
+        for node in nodes:
+            product = node.gpu_product
+            if product is not None:
+                products[product] = products.get(product, 0) + sign
+            if product != req.gpu_product:
+                continue
+            total += sign
+            reason = unusable_reason(node, req, domain_label)
+            if reason is not None:
+                excluded[reason] = excluded.get(reason, 0) + sign
+            elif node.busy:
+                busy += sign
+    return Census(total, busy, {k: v for k, v in excluded.items() if v}, {k: v for k, v in products.items() if v})
 
 
 def _hostname(node: Node) -> str:
@@ -342,6 +444,13 @@ def build(
 ) -> Inventory:
     """An inventory from parsed nodes and pods; pods on nodes not listed are ignored (they hold nothing here).
     ``merges``: the busy nodes the last build merged, which this one reuses where nothing changed (``Merges``)."""
+    return _built(nodes, pods, domain_label, merges)[0]
+
+
+def _built(
+    nodes: Iterable[Node], pods: Iterable[GpuPod], domain_label: str, merges: Merges | None
+) -> tuple[Inventory, dict[str, list[GpuPod]]]:
+    """``build``, with the GPU pods of each node name (sorted as the node holds them)."""
     by_node: dict[str, list[GpuPod]] = {}
     for pod in pods:
         by_node.setdefault(pod.node, []).append(pod)
@@ -356,7 +465,121 @@ def build(
     if merges is not None:
         merges.kept()
     merged.sort(key=_node_name)
-    return Inventory(nodes=tuple(merged), domain_label=domain_label)
+    return Inventory(nodes=tuple(merged), domain_label=domain_label), by_node
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Source:
+    """What one inventory of ``Builds`` was built from: the node and pod objects (by identity, which keeps them
+    alive, so an id names one object), each raw node and its pods by name, each node's position."""
+
+    inv: Inventory
+    nodes: Mapping[int, Node]
+    pods: Mapping[int, GpuPod]
+    raw: Mapping[str, Node]
+    on: Mapping[str, list[GpuPod]]
+    at: Mapping[str, int]
+
+
+class Builds:
+    """The last inventory built for each domain label, with what it was built from: the next ``build`` makes
+    again only the nodes whose node object or GPU pods are not the same objects as last time, and carries over
+    what the last inventory had counted (domains, tallies, free nodes, censuses), counting again only the
+    domains those nodes are in.
+
+    While a fleet of a thousand servings rolls out, the operator builds a fresh view for each pass that places
+    groups, and between two of them a few pods were bound and one LeaderWorkerSet was written: making every
+    node and counting every domain again each time was most of a view. The watch caches hand out the same
+    parsed objects until their object changes, so which ones changed is found by identity (set differences, at
+    C speed). When nodes come or go, a node changes domain, or much changed at once, the inventory is built
+    whole (through ``Merges``)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Source] = {}
+        self._merges = Merges()
+        self.whole = 0  # builds made whole (the first of each label included), for tests and benches
+        self.partial = 0
+
+    def build(self, nodes: Sequence[Node], pods: Sequence[GpuPod], domain_label: str) -> Inventory:
+        last = self._last.get(domain_label)
+        source = _rebuilt(last, nodes, pods) if last is not None else None
+        if source is None:
+            self.whole += 1
+            source = _whole(nodes, pods, domain_label, self._merges)
+        else:
+            self.partial += 1
+        self._last[domain_label] = source
+        return source.inv
+
+
+def _whole(nodes: Sequence[Node], pods: Sequence[GpuPod], domain_label: str, merges: Merges) -> _Source:
+    inv, by_node = _built(nodes, pods, domain_label, merges)
+    at = {n.name: i for i, n in enumerate(inv.nodes)}
+    return _Source(
+        inv,
+        identities.by_identity(nodes),
+        identities.by_identity(pods),
+        {n.name: n for n in nodes},
+        {name: mine for name, mine in by_node.items() if name in at},
+        at,
+    )
+
+
+def _rebuilt(last: _Source, nodes: Sequence[Node], pods: Sequence[GpuPod]) -> _Source | None:
+    """The inventory of ``nodes`` and ``pods`` made from ``last`` where only some nodes or pods are new objects;
+    None when it must be built whole."""
+    by_id = identities.by_identity(nodes)
+    pods_by_id = identities.by_identity(pods)
+    if len(by_id) != len(nodes) or len(pods_by_id) != len(pods) or len(last.at) != len(last.inv.nodes):
+        return None  # the same object listed twice, or two nodes of one name: counted as ``build`` counts them
+    if len(by_id) != len(last.nodes):
+        return None  # nodes came or went
+    came, gone = identities.changes(last.nodes, by_id)
+    if sorted(n.name for n in came) != sorted(n.name for n in gone):
+        return None  # not each new node object in place of the old one of its name
+    pods_came, pods_gone = identities.changes(last.pods, pods_by_id)
+    if not came and not pods_came and not pods_gone:
+        return dataclasses.replace(last, nodes=by_id, pods=pods_by_id)
+    if len(came) + len(pods_came) + len(pods_gone) > max(_PARTIAL_AT_MOST, len(nodes) // 8):
+        return None
+    raw = dict(last.raw)
+    raw.update((n.name, n) for n in came)
+    # The lists of ``last`` are shared with builds in other threads: a node whose pods changed gets a new one.
+    on = dict(last.on)
+    moved: set[str] = set()
+    for pod in pods_gone:
+        if pod.node in last.at:
+            on[pod.node] = [p for p in on[pod.node] if p is not pod]
+            moved.add(pod.node)
+    for pod in pods_came:
+        if pod.node in last.at:
+            on[pod.node] = [*on.get(pod.node, ()), pod]
+            moved.add(pod.node)
+    for name in moved:
+        if not on[name]:
+            del on[name]
+        elif len(on[name]) > 1:
+            on[name].sort(key=_pod_order)
+    inv = last.inv
+    made: dict[str, Node] = {}
+    for name in moved | {n.name for n in came}:
+        mine = on.get(name)
+        node = raw[name]
+        new = node.with_pods((*node.pods, *mine)) if mine else node
+        old = inv.nodes[last.at[name]]
+        if inv.domain_key(old, "clique") != inv.domain_key(new, "clique") or inv.domain_key(
+            old, "node"
+        ) != inv.domain_key(new, "node"):
+            return None  # the node changed domain: the domains are grouped again
+        made[name] = new
+    listed = list(inv.nodes)
+    for name, node in made.items():
+        listed[last.at[name]] = node
+    return _Source(inv.changed(tuple(listed), made), by_id, pods_by_id, raw, on, last.at)
+
+
+# More changed objects than this (or than an eighth of the nodes) and the inventory is built whole.
+_PARTIAL_AT_MOST = 64
 
 
 def _pod_order(pod: GpuPod) -> tuple[str, str]:

@@ -9,11 +9,14 @@ scheduled yet. Objects are read as the API server returned them, without trustin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nvlfleet.api import models, names, objects, ownership
-from nvlfleet.core import inventory, placements
+from nvlfleet.core import identities, inventory, placements
 
 
 def domain(lws: Mapping[str, Any], domain_label: str) -> str | None:
@@ -97,18 +100,50 @@ class Holds:
     stays true. Only the sets of the latest read of each label are kept: the memo never outgrows the fleet.
 
     The placements made of them are kept the same way (``placed``): one per serving role, made again only when what
-    its sets hold changed; making a thousand of them anew was the largest own-time frame of a view."""
+    its sets hold changed; making a thousand of them anew was the largest own-time frame of a view.
+
+    Even remembered, going over a thousand sets and a thousand roles was most of a view once its inventory was made
+    from the one before (``inventory.Builds``). So ``held`` keeps a book of the last read of each label: which set
+    objects it read (by identity: the watch cache hands out the same object until its set changes) and each role's
+    placement; the next read finds the sets that are new objects with set differences and makes again only their
+    roles' placements."""
 
     def __init__(self) -> None:
         self._by_label: dict[str, dict[tuple[str, str], Hold | None]] = {}
         self._placed: dict[str, dict[_Placed, placements.Placement]] = {}
+        self._last: dict[str, _Book] = {}
+        self.whole = 0  # reads of the whole fleet (the first of each label included), for tests and benches
+        self.partial = 0
+
+    def held(
+        self, fleet: Sequence[Mapping[str, Any]], label: str, live: frozenset[str] | None
+    ) -> list[placements.Placement]:
+        """``held`` through this memo: from the book of the last call for ``label``, only the sets that are not
+        the same objects as then are read (the watch cache hands out the same object until its set changes), and
+        only their roles' placements made again; the whole fleet is read when the live servings changed or much
+        changed at once."""
+        last = self._last.get(label)
+        book = _booked(last, fleet, live, self._by_label.get(label, {})) if last is not None else None
+        if book is None:
+            self.whole += 1
+            book = _whole_book(fleet, label, live, self)
+        else:
+            self.partial += 1
+        self._last[label] = book
+        return list(book.out)
 
     def __len__(self) -> int:
-        """Versions of LeaderWorkerSets remembered, over every label."""
-        return sum(map(len, self._by_label.values()))
+        """LeaderWorkerSets remembered, over every label: those of the latest fleet read."""
+        return sum(len(book.sets) for book in self._last.values())
 
-    def read(self, fleet: Iterable[Mapping[str, Any]], label: str) -> list[Hold]:
-        """``hold`` of each of ``fleet`` that holds something, in ``fleet``'s order."""
+    def read(
+        self,
+        fleet: Iterable[Mapping[str, Any]],
+        label: str,
+        sets: dict[int, tuple[Mapping[str, Any], Hold | None]] | None = None,
+    ) -> list[Hold]:
+        """``hold`` of each of ``fleet`` that holds something, in ``fleet``'s order (``sets``: filled with each
+        set and what it holds, by identity)."""
         before = self._by_label.get(label, {})
         now: dict[tuple[str, str], Hold | None] = {}
         found = []
@@ -121,6 +156,8 @@ class Holds:
                 now[key] = one
             else:  # no version to name what was read: read it again each time
                 one = hold(lws, label)
+            if sets is not None:
+                sets[id(lws)] = (lws, one)
             if one is not None:
                 found.append(one)
         self._by_label[label] = now
@@ -133,6 +170,112 @@ class Holds:
         now = {m: before.get(m) or _placement(m) for m in made}
         self._placed[label] = now
         return list(now.values())
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Book:
+    """What one ``Holds.held`` call read: each set by identity (which keeps it alive, so an id names one object)
+    with what it holds, the live servings it was read with, each role's holds (by set identity) and placement."""
+
+    label: str
+    sets: Mapping[int, tuple[Mapping[str, Any], Hold | None]]
+    live: frozenset[str] | None
+    owners: Mapping[inventory.RoleKey, Mapping[int, Hold]]
+    order: tuple[inventory.RoleKey, ...]  # the roles with a placement, sorted
+    out: tuple[placements.Placement, ...]  # their placements, in that order
+    # Roles whose sets differ in nodes per group (a resize rolling out): the first in the fleet's order counts, so
+    # these are made again on every read, whatever moved.
+    mixed: frozenset[inventory.RoleKey]
+
+
+def _whole_book(fleet: Sequence[Mapping[str, Any]], label: str, live: frozenset[str] | None, holds: Holds) -> _Book:
+    sets: dict[int, tuple[Mapping[str, Any], Hold | None]] = {}
+    owners: dict[inventory.RoleKey, dict[int, Hold]] = {}
+    read = holds.read(fleet, label, sets)
+    for i, (_, one) in sets.items():
+        if one is not None and (live is None or one[4] in live):
+            owners.setdefault(one[0], {})[i] = one
+    out = holds.placed(label, _made(read, live))
+    return _Book(label, sets, live, owners, tuple(p.owner for p in out), tuple(out), _mixed(owners, owners))
+
+
+def _mixed(
+    owners: Mapping[inventory.RoleKey, Mapping[int, Hold]], among: Iterable[inventory.RoleKey]
+) -> frozenset[inventory.RoleKey]:
+    return frozenset(o for o in among if o in owners and len({one[1] for one in owners[o].values()}) > 1)
+
+
+def _memoized(lws: Mapping[str, Any], label: str, memo: Mapping[tuple[str, str], Hold | None]) -> Hold | None:
+    meta = objects.as_mapping(lws.get("metadata"))
+    key = (meta.get("uid"), meta.get("resourceVersion"))
+    return memo[key] if key in memo else hold(lws, label)  # type: ignore[index]
+
+
+def _booked(
+    last: _Book,
+    fleet: Sequence[Mapping[str, Any]],
+    live: frozenset[str] | None,
+    memo: Mapping[tuple[str, str], Hold | None],
+) -> _Book | None:
+    """``last`` with the sets of ``fleet`` that are new objects read; None when the whole fleet is to be read."""
+    if live is not last.live and live != last.live:
+        return None  # a serving came or went: which sets hold anything changed
+    by_id = identities.by_identity(fleet)
+    if len(by_id) != len(fleet):
+        return None  # one object listed twice: read as ``held`` reads it
+    came = by_id.keys() - last.sets.keys()
+    gone = last.sets.keys() - by_id.keys()
+    if not came and not gone and not last.mixed:
+        return last
+    if len(came) + len(gone) > max(_PARTIAL_AT_MOST, len(fleet) // 8):
+        return None
+    sets = dict(last.sets)
+    owners = dict(last.owners)
+    touched: set[inventory.RoleKey] = set(last.mixed)
+    for i in gone:
+        _, one = sets.pop(i)
+        if one is not None and i in owners.get(one[0], {}):
+            owners[one[0]] = {k: v for k, v in owners[one[0]].items() if k != i}
+            touched.add(one[0])
+    for i in came:
+        lws = by_id[i]
+        one = _memoized(lws, last.label, memo)
+        sets[i] = (lws, one)
+        if one is not None and (live is None or one[4] in live):
+            owners[one[0]] = {**owners.get(one[0], {}), i: one}
+            touched.add(one[0])
+    order, out = list(last.order), list(last.out)
+    position: dict[int, int] | None = None
+    for owner in touched:
+        at = bisect.bisect_left(order, owner)
+        present = at < len(order) and order[at] == owner
+        mine = owners.get(owner)
+        if not mine:
+            owners.pop(owner, None)
+            if present:
+                del order[at], out[at]
+            continue
+        ordered = list(mine.values())
+        if len({one[1] for one in ordered}) > 1:  # the first in the fleet's order gives the nodes per group
+            if position is None:
+                position = dict(zip(map(id, fleet), range(len(fleet)), strict=True))
+            ordered = [mine[i] for i in sorted(mine, key=position.__getitem__)]
+        size = ordered[0][1]
+        per: dict[str, int] = {}
+        for _, _, where, replicas, _ in ordered:
+            per[where] = per.get(where, 0) + replicas
+        made = (owner, size, tuple((d, g) for d, g in sorted(per.items()) if g > 0))
+        if not present:
+            order.insert(at, owner)
+            out.insert(at, _placement(made))
+        elif (out[at].nodes_per_group, tuple(out[at].groups.items())) != made[1:]:
+            out[at] = _placement(made)
+    mixed = _mixed(owners, touched)  # every role of ``last.mixed`` was touched
+    return _Book(last.label, sets, live, owners, tuple(order), tuple(out), mixed)
+
+
+# More changed sets than this (or than an eighth of the fleet) and the whole fleet is read.
+_PARTIAL_AT_MOST = 64
 
 
 def hold(lws: Mapping[str, Any], label: str) -> Hold | None:
@@ -165,18 +308,25 @@ def held(
     on any object, so a hand-made one (no controller owner reference to a DeepSeekServing, or one to a serving
     that no longer exists: ``live``, the uids of the servings that do, when the adapter knows them) holds nothing.
     Its pods, if any ever bind, hold their GPUs through the inventory like any other pod."""
+    if holds is not None:
+        return holds.held(fleet if isinstance(fleet, Sequence) else list(fleet), label, live)
+    read = [one for one in map(hold, fleet, itertools.repeat(label)) if one is not None]
+    return [_placement(m) for m in _made(read, live)]
+
+
+def _made(read: Iterable[Hold], live: frozenset[str] | None) -> list[_Placed]:
+    """Each serving role's placement from what its sets hold (in the fleet's order: the first gives the nodes per
+    group), in role order."""
     found: dict[inventory.RoleKey, tuple[int, dict[str, int]]] = {}
-    read = holds.read(fleet, label) if holds is not None else [h for lws in fleet if (h := hold(lws, label))]
     for owner, size, where, replicas, uid in read:
         if live is not None and uid not in live:
             continue
         _, per = found.setdefault(owner, (size, {}))
         per[where] = per.get(where, 0) + replicas
-    made = [
+    return [
         (owner, npg, tuple((d, g) for d, g in sorted(per.items()) if g > 0))
         for owner, (npg, per) in sorted(found.items())
     ]
-    return holds.placed(label, made) if holds is not None else [_placement(m) for m in made]
 
 
 def _placement(made: _Placed) -> placements.Placement:

@@ -64,14 +64,32 @@ class Held:
             self.owners - mine.owners,
         )
 
+    def moved(self, inv: inventory.Inventory, before: Iterable[Placement], after: Iterable[Placement]) -> Held:
+        """These sums on ``inv`` with ``before`` (among those summed, as this inventory counted them) taken out and
+        ``after`` (counted on ``inv``) put in: the sums of the next fleet view, when only those changed. ``inv``
+        must have the same domains as this inventory, and hold the same as it for every other placement's role."""
+        gone, came = held(self.inv, before), held(inv, after)
+        if not gone.owners <= self.owners:
+            raise ValueError(f"{sorted(map(str, gone.owners - self.owners))} are not among the held placements")
+        kept = self.owners - gone.owners
+        if kept & came.owners:
+            raise ValueError(f"{sorted(map(str, kept & came.owners))} are placed twice")
+        return Held(
+            inv,
+            _plus(_less(self.need, gone.need), came.need),
+            _plus(_less(self.released, gone.released), came.released),
+            _plus(_less(self.placed, gone.placed), came.placed),
+            _plus(_less(self.scopes, gone.scopes), came.scopes),
+            kept | came.owners,
+        )
+
 
 def held(inv: inventory.Inventory, placements: Iterable[Placement]) -> Held:
     """The sums ``plan(..., others=)`` reads of ``placements``, as ``_Book.open`` counts a held placement.
     Raises ValueError when a role is placed twice."""
     placements = list(placements)
     check_unique([p.owner for p in placements], "placed")
-    all_scopes: tuple[inventory.Scope, ...] = ("clique", "node")
-    members = {scope: frozenset(d.key for d in inv.domains(scope)) for scope in all_scopes}
+    members = {scope: frozenset(d.key for d in inv.domains(scope)) for scope in inventory.SCOPES}
     tallies = {scope: inv.tally(scope).held for scope in members}
     need: dict[str, int] = {}
     released: dict[str, int] = {}
@@ -100,6 +118,13 @@ def _less(a: Mapping[_K, int], b: Mapping[_K, int]) -> dict[_K, int]:
             out[key] = left
         else:
             out.pop(key, None)
+    return out
+
+
+def _plus(a: Mapping[_K, int], b: Mapping[_K, int]) -> dict[_K, int]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0) + value
     return out
 
 

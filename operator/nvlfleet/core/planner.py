@@ -254,8 +254,7 @@ class _Book:
         self.held_domains: set[str] = set()  # where the placements summed in ``hold`` have groups
         self.classes: dict[inventory.NodeRequirements, int] = {}
         self.bound: dict[inventory.Scope, Mapping[inventory.RoleKey, Mapping[str, int]]] = {}
-        scopes: tuple[inventory.Scope, ...] = ("clique", "node")
-        for scope in scopes:
+        for scope in inventory.SCOPES:
             tally = inv.tally(scope)
             self.bound[scope] = tally.held
             keys = self.scope_keys[scope] = []

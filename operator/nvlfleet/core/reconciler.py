@@ -57,6 +57,7 @@ from nvlfleet.core import (
     demands,
     fieldsets,
     health,
+    identities,
     inventory,
     kubeobjects,
     leaderworkersets,
@@ -143,24 +144,49 @@ class FleetView:
     domain_label: str
     inventory: inventory.Inventory
     held: tuple[placements.Placement, ...]
+    # The view before, whose sums this one's are made from where few placements and roles' pods changed
+    # (``fleet_view``); let go of once they are made, so views never chain.
+    base: FleetView | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    @functools.cached_property
+    @property
     def summed(self) -> placements.Held:
         """``held`` summed per domain (``placements.held``), once per view: a pass plans its serving against the
-        others' sums less its own, not against every other serving's placement (a thousand per pass)."""
-        return placements.held(self.inventory, self.held)
+        others' sums less its own, not against every other serving's placement (a thousand per pass). Made from
+        the view before's where few changed (``Held.moved``)."""
+        return self._sums[0]
 
     @functools.cached_property
-    def _held_by_serving(self) -> Mapping[_ServingKey, tuple[placements.Placement, ...]]:
-        by: dict[_ServingKey, list[placements.Placement]] = {}
-        for p in self.held:
-            by.setdefault(p.serving, []).append(p)
-        return {key: tuple(found) for key, found in by.items()}
+    def _sums(self) -> tuple[placements.Held, Mapping[_ServingKey, tuple[placements.Placement, ...]]]:
+        """``summed``, and each serving's placements (for ``others``)."""
+        base = self.base
+        object.__setattr__(self, "base", None)  # views never chain
+        moved = _moved(base, self) if base is not None else None
+        if moved is None:
+            by: dict[_ServingKey, list[placements.Placement]] = {}
+            for p in self.held:
+                by.setdefault(p.serving, []).append(p)
+            return placements.held(self.inventory, self.held), {key: tuple(found) for key, found in by.items()}
+        gone, came = moved
+        summed, index = base._sums  # type: ignore[union-attr]
+        index = dict(index)
+        for serving in {p.serving for p in gone} | {p.serving for p in came}:
+            roles = {p.role: p for p in index.get(serving, ())}
+            for p in gone:
+                if p.serving == serving:
+                    roles.pop(p.role, None)
+            for p in came:
+                if p.serving == serving:
+                    roles[p.role] = p
+            if roles:
+                index[serving] = tuple(roles[r] for r in sorted(roles))
+            else:
+                index.pop(serving, None)
+        return summed.moved(self.inventory, gone, came), index
 
     def others(self, key: _ServingKey) -> placements.Held:
         """What every serving but ``key`` holds, summed: ``summed`` less ``key``'s own placements, found through
         an index built once per view (a pass does not scan the fleet's thousand placements for its own)."""
-        return self.summed.without(self._held_by_serving.get(key, ()))
+        return self.summed.without(self._sums[1].get(key, ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +223,41 @@ class Decision:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The pass
+
+
+def _moved(base: FleetView, view: FleetView) -> tuple[list[placements.Placement], list[placements.Placement]] | None:
+    """The placements ``base`` summed that ``view`` does not (``gone``), and the other way round (``came``), each
+    of a role whose placement or whose pods changed between them: what ``view``'s sums are made of from
+    ``base``'s. None to sum the fleet anew: ``base``'s sums are not made yet, the inventories' domains may differ
+    (``view``'s was not made from ``base``'s, ``inventory.Builds``), or much changed."""
+    if "_sums" not in base.__dict__ or base.domain_label != view.domain_label:
+        return None
+    before, now = base.inventory, view.inventory
+    changed: set[inventory.RoleKey] = set()
+    if before is not now:
+        for scope in inventory.SCOPES:
+            was, is_ = before.tally(scope), now.tally(scope)
+            if was.nodes is not is_.nodes:
+                return None
+            if was.held is not is_.held:
+                changed.update(o for o, where in is_.held.items() if was.held.get(o) is not where)
+                changed.update(was.held.keys() - is_.held.keys())
+    came, gone = identities.changes(identities.by_identity(base.held), identities.by_identity(view.held))
+    if len(gone) + len(came) + len(changed) > max(_MOVED_AT_MOST, len(view.held) // 8):
+        return None
+    changed.difference_update(p.owner for p in gone)
+    changed.difference_update(p.owner for p in came)
+    index = base._sums[1]
+    for owner in changed:  # the same placement, its role's pods moved: counted again on ``view``'s inventory
+        p = next((p for p in index.get(owner.serving, ()) if p.role == owner.role), None)
+        if p is not None:
+            gone.append(p)
+            came.append(p)
+    return gone, came
+
+
+# More changed placements and roles than this (or than an eighth of the fleet's) and a view sums the fleet anew.
+_MOVED_AT_MOST = 64
 
 
 def reconcile(snap: Snapshot) -> Decision:
@@ -303,20 +364,25 @@ def _needed_kinds(spec: models.DeepSeekServingSpec) -> list[str]:
     return kinds
 
 
-def _inventory(snap: Snapshot, domain_label: str, merges: inventory.Merges | None = None) -> inventory.Inventory:
-    """Nodes and GPU pods as the planner sees them; an object the API server should never return is skipped."""
+def _inventory(snap: Snapshot, domain_label: str, builds: inventory.Builds | None = None) -> inventory.Inventory:
+    """Nodes and GPU pods as the planner sees them; an object the API server should never return is skipped.
+    ``builds``: the inventories built before, which this one is made from where it can (``inventory.Builds``)."""
     ignored: list[problems.Problem] = []
-    nodes = [
-        n
-        for i, o in enumerate(snap.nodes)
-        if (n := o if isinstance(o, inventory.Node) else kubeobjects.parse_node(o, f"nodes[{i}]", ignored))
-    ]
+    nodes: Sequence[inventory.Node] = (
+        snap.nodes  # type: ignore[assignment] # parsed already, as the adapter's index holds them
+        if set(map(type, snap.nodes)) <= {inventory.Node}  # at C speed: a view of a thousand nodes is made often
+        else [
+            n
+            for i, o in enumerate(snap.nodes)
+            if (n := o if isinstance(o, inventory.Node) else kubeobjects.parse_node(o, f"nodes[{i}]", ignored))
+        ]
+    )
     pods = (
         snap.bound
         if snap.bound is not None
         else [p for i, o in enumerate(snap.pods) if (p := kubeobjects.parse_pod(o, f"pods[{i}]", ignored))]
     )
-    return inventory.build(nodes, pods, domain_label, merges)
+    return builds.build(nodes, pods, domain_label) if builds is not None else inventory.build(nodes, pods, domain_label)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -333,15 +399,18 @@ def fleet_view(
     snap: Snapshot,
     domain_label: str,
     holds: leaderworkersets.Holds | None = None,
-    merges: inventory.Merges | None = None,
+    builds: inventory.Builds | None = None,
+    base: FleetView | None = None,
 ) -> FleetView:
     """The cluster-wide half of a pass for servings whose NVLink domains are ``domain_label``'s values (``holds``
-    and ``merges``: what the adapter remembers between views of each LeaderWorkerSet, ``leaderworkersets.Holds``,
-    and of each busy node, ``inventory.Merges``)."""
+    and ``builds``: what the adapter remembers between views of each LeaderWorkerSet, ``leaderworkersets.Holds``,
+    and of the inventory, ``inventory.Builds``); ``base``: the view before, whose sums this one's are made from
+    where that is cheaper (``FleetView.summed``)."""
     return FleetView(
         domain_label,
-        _inventory(snap, domain_label, merges),
+        _inventory(snap, domain_label, builds),
         tuple(leaderworkersets.held(snap.fleet, domain_label, snap.live_servings, holds)),
+        base if base is not None and "_sums" in base.__dict__ else None,  # else it may hold its own base
     )
 
 
