@@ -160,3 +160,15 @@ def test_a_role_whose_sets_differ_in_size_takes_the_first_set_s_as_the_fleet_lis
 
     assert [p.nodes_per_group for p in leaderworkersets.held([large, small], label, holds=holds)] == [4]
     assert holds.partial == 1
+
+
+def test_a_serving_that_comes_or_goes_counts_its_sets_or_no_longer_without_reading_the_fleet_again() -> None:
+    holds = leaderworkersets.Holds()
+    label = names.DEFAULT_DOMAIN_LABEL
+    fleet = [versioned("a", "u1", "10"), versioned("b", "u2", "11", replicas=3)]
+    both, only_a = frozenset({"owner-a", "owner-b"}), frozenset({"owner-a"})
+
+    assert [p.serving.name for p in leaderworkersets.held(fleet, label, only_a, holds)] == ["a"]
+    assert [p.serving.name for p in leaderworkersets.held(fleet, label, both, holds)] == ["a", "b"]
+    assert [p.serving.name for p in leaderworkersets.held(fleet, label, only_a, holds)] == ["a"]
+    assert (holds.whole, holds.partial) == (1, 2)

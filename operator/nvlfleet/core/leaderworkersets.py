@@ -181,6 +181,7 @@ class _Book:
     sets: Mapping[int, tuple[Mapping[str, Any], Hold | None]]
     live: frozenset[str] | None
     owners: Mapping[inventory.RoleKey, Mapping[int, Hold]]
+    uids: Mapping[str, frozenset[int]]  # per owning serving's uid, the sets that hold something for it, live or not
     order: tuple[inventory.RoleKey, ...]  # the roles with a placement, sorted
     out: tuple[placements.Placement, ...]  # their placements, in that order
     # Roles whose sets differ in nodes per group (a resize rolling out): the first in the fleet's order counts, so
@@ -195,8 +196,12 @@ def _whole_book(fleet: Sequence[Mapping[str, Any]], label: str, live: frozenset[
     for i, (_, one) in sets.items():
         if one is not None and (live is None or one[4] in live):
             owners.setdefault(one[0], {})[i] = one
+    uids: dict[str, frozenset[int]] = {}
+    for i, (_, one) in sets.items():
+        if one is not None:
+            uids[one[4]] = uids.get(one[4], frozenset()) | {i}
     out = holds.placed(label, _made(read, live))
-    return _Book(label, sets, live, owners, tuple(p.owner for p in out), tuple(out), _mixed(owners, owners))
+    return _Book(label, sets, live, owners, uids, tuple(p.owner for p in out), tuple(out), _mixed(owners, owners))
 
 
 def _mixed(
@@ -217,33 +222,59 @@ def _booked(
     live: frozenset[str] | None,
     memo: Mapping[tuple[str, str], Hold | None],
 ) -> _Book | None:
-    """``last`` with the sets of ``fleet`` that are new objects read; None when the whole fleet is to be read."""
+    """``last`` with the sets of ``fleet`` that are new objects read, and the sets of the servings that came or
+    went (``live``) counted or not; None when the whole fleet is to be read."""
+    lived: frozenset[str] = frozenset()
+    died: frozenset[str] = frozenset()
     if live is not last.live and live != last.live:
-        return None  # a serving came or went: which sets hold anything changed
+        if live is None or last.live is None:
+            return None
+        lived, died = live - last.live, last.live - live  # a serving came or went: its sets hold, or no longer
     by_id = identities.by_identity(fleet)
     if len(by_id) != len(fleet):
         return None  # one object listed twice: read as ``held`` reads it
     came = by_id.keys() - last.sets.keys()
     gone = last.sets.keys() - by_id.keys()
-    if not came and not gone and not last.mixed:
+    if not came and not gone and not lived and not died and not last.mixed:
         return last
-    if len(came) + len(gone) > max(_PARTIAL_AT_MOST, len(fleet) // 8):
+    if len(came) + len(gone) + len(lived) + len(died) > max(_PARTIAL_AT_MOST, len(fleet) // 8):
         return None
     sets = dict(last.sets)
     owners = dict(last.owners)
+    uids = dict(last.uids)
     touched: set[inventory.RoleKey] = set(last.mixed)
-    for i in gone:
-        _, one = sets.pop(i)
-        if one is not None and i in owners.get(one[0], {}):
+
+    def count(i: int, one: Hold) -> None:
+        if i not in owners.get(one[0], {}):
+            owners[one[0]] = {**owners.get(one[0], {}), i: one}
+            touched.add(one[0])
+
+    def uncount(i: int, one: Hold) -> None:
+        if i in owners.get(one[0], {}):
             owners[one[0]] = {k: v for k, v in owners[one[0]].items() if k != i}
             touched.add(one[0])
+
+    for i in gone:
+        _, one = sets.pop(i)
+        if one is not None:
+            uncount(i, one)
+            uids[one[4]] -= {i}
+            if not uids[one[4]]:
+                del uids[one[4]]
     for i in came:
         lws = by_id[i]
         one = _memoized(lws, last.label, memo)
         sets[i] = (lws, one)
-        if one is not None and (live is None or one[4] in live):
-            owners[one[0]] = {**owners.get(one[0], {}), i: one}
-            touched.add(one[0])
+        if one is not None:
+            uids[one[4]] = uids.get(one[4], frozenset()) | {i}
+            if live is None or one[4] in live:
+                count(i, one)
+    for uid in died:
+        for i in uids.get(uid, ()):
+            uncount(i, sets[i][1])  # type: ignore[arg-type] # a set in ``uids`` holds something
+    for uid in lived:
+        for i in uids.get(uid, ()):
+            count(i, sets[i][1])  # type: ignore[arg-type]
     order, out = list(last.order), list(last.out)
     position: dict[int, int] | None = None
     for owner in touched:
@@ -271,7 +302,7 @@ def _booked(
         elif (out[at].nodes_per_group, tuple(out[at].groups.items())) != made[1:]:
             out[at] = _placement(made)
     mixed = _mixed(owners, touched)  # every role of ``last.mixed`` was touched
-    return _Book(last.label, sets, live, owners, tuple(order), tuple(out), mixed)
+    return _Book(last.label, sets, live, owners, uids, tuple(order), tuple(out), mixed)
 
 
 # More changed sets than this (or than an eighth of the fleet) and the whole fleet is read.
