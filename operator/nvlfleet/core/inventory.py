@@ -371,6 +371,8 @@ def _recounted(tally: Tally, before: Sequence[Domain], after: Sequence[Domain], 
                 held[owner] = where
             else:
                 held.pop(owner, None)
+    # The same ``nodes`` map: the domains did not change, and a view's sums take that as the sign that they may be
+    # moved from the view before's (``reconciler._moved``); each role's ``held`` map is new only if it changed.
     return Tally(tally.nodes, schedulable, free, held)
 
 
