@@ -39,6 +39,17 @@ def test_a_write_the_watch_has_not_delivered_counts_over_the_older_cached_object
     assert len(written) == 1
 
 
+def test_the_objects_of_names_this_process_did_not_write_are_passed_on_as_the_index_holds_them() -> None:
+    written = caches.Written()
+    indexed = [lws("a-decode", 1, "100"), lws("b-decode", 2, "90")]
+    assert all(a is b for a, b in zip(written.merged(indexed), indexed, strict=True))  # nothing written
+
+    written.note(lws("b-decode", 3, "95"))
+    a, b = written.merged(indexed)
+    assert a is indexed[0]
+    assert b["spec"]["replicas"] == 3
+
+
 def test_a_new_object_the_index_does_not_hold_yet_is_added() -> None:
     written = caches.Written()
     written.note(lws("a-decode", 3, "120"))

@@ -303,7 +303,16 @@ class Written:
         fleet: list[Mapping[str, Any]] = []
         listed = set()
         with self._lock:
+            if not self._sets:
+                return list(indexed)  # nothing of this process's in flight, as mostly: the index as it is
+            # Only an object of a name this process wrote can be replaced: the others are passed on untouched, at
+            # one lookup each. Keying each of a thousand sets for every fleet view was about a tenth of what views
+            # cost in the profile of a 1,000-serving roll-out, when views were made whole (10ebb7f).
+            written = {key[2] for key in self._sets}
             for obj in list(indexed):
+                if str((obj.get("metadata") or {}).get("name") or "") not in written:
+                    fleet.append(obj)
+                    continue
                 key = _ident(obj)
                 listed.add(key)
                 mine = self._sets.get(key)
