@@ -24,3 +24,9 @@ def by_identity(objs: Sequence[_T]) -> dict[int, _T]:
 def changes(last: Mapping[int, _T], now: Mapping[int, _T]) -> tuple[list[_T], list[_T]]:
     """The objects of ``now`` that are not in ``last`` (came), and those of ``last`` not in ``now`` (gone)."""
     return [now[i] for i in now.keys() - last.keys()], [last[i] for i in last.keys() - now.keys()]
+
+
+def few(changed: int, total: int) -> bool:
+    """Whether ``changed`` of ``total`` objects is few enough to make the next view from the last one: at most 64,
+    or an eighth of them. Past that, making it whole costs about as much and is simpler to trust."""
+    return changed <= max(64, total // 8)

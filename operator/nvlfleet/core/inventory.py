@@ -542,7 +542,7 @@ def _rebuilt(last: _Source, nodes: Sequence[Node], pods: Sequence[GpuPod]) -> _S
     pods_came, pods_gone = identities.changes(last.pods, pods_by_id)
     if not came and not pods_came and not pods_gone:
         return dataclasses.replace(last, nodes=by_id, pods=pods_by_id)
-    if len(came) + len(pods_came) + len(pods_gone) > max(_PARTIAL_AT_MOST, len(nodes) // 8):
+    if not identities.few(len(came) + len(pods_came) + len(pods_gone), len(nodes)):
         return None
     raw = dict(last.raw)
     raw.update((n.name, n) for n in came)
@@ -578,10 +578,6 @@ def _rebuilt(last: _Source, nodes: Sequence[Node], pods: Sequence[GpuPod]) -> _S
     for name, node in made.items():
         listed[last.at[name]] = node
     return _Source(inv.changed(tuple(listed), made), by_id, pods_by_id, raw, on, last.at)
-
-
-# More changed objects than this (or than an eighth of the nodes) and the inventory is built whole.
-_PARTIAL_AT_MOST = 64
 
 
 def _pod_order(pod: GpuPod) -> tuple[str, str]:

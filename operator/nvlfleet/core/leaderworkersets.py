@@ -237,7 +237,7 @@ def _booked(
     gone = last.sets.keys() - by_id.keys()
     if not came and not gone and not lived and not died and not last.mixed:
         return last
-    if len(came) + len(gone) + len(lived) + len(died) > max(_PARTIAL_AT_MOST, len(fleet) // 8):
+    if not identities.few(len(came) + len(gone) + len(lived) + len(died), len(fleet)):
         return None
     sets = dict(last.sets)
     owners = dict(last.owners)
@@ -303,10 +303,6 @@ def _booked(
             out[at] = _placement(made)
     mixed = _mixed(owners, touched)  # every role of ``last.mixed`` was touched
     return _Book(last.label, sets, live, owners, uids, tuple(order), tuple(out), mixed)
-
-
-# More changed sets than this (or than an eighth of the fleet) and the whole fleet is read.
-_PARTIAL_AT_MOST = 64
 
 
 def hold(lws: Mapping[str, Any], label: str) -> Hold | None:

@@ -243,7 +243,7 @@ def _moved(base: FleetView, view: FleetView) -> tuple[list[placements.Placement]
                 changed.update(o for o, where in is_.held.items() if was.held.get(o) is not where)
                 changed.update(was.held.keys() - is_.held.keys())
     came, gone = identities.changes(identities.by_identity(base.held), identities.by_identity(view.held))
-    if len(gone) + len(came) + len(changed) > max(_MOVED_AT_MOST, len(view.held) // 8):
+    if not identities.few(len(gone) + len(came) + len(changed), len(view.held)):
         return None
     changed.difference_update(p.owner for p in gone)
     changed.difference_update(p.owner for p in came)
@@ -254,10 +254,6 @@ def _moved(base: FleetView, view: FleetView) -> tuple[list[placements.Placement]
             gone.append(p)
             came.append(p)
     return gone, came
-
-
-# More changed placements and roles than this (or than an eighth of the fleet's) and a view sums the fleet anew.
-_MOVED_AT_MOST = 64
 
 
 def reconcile(snap: Snapshot) -> Decision:
