@@ -32,7 +32,16 @@ import sidebyside
 from kubernetes import client
 from localcluster import fleet
 
-FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes")
+FIGURES = ("seconds", "pods_seconds", "cpu_seconds", "writes", "reads", "passes", "scheduling_failures", "node_flaps")
+
+
+def events(cluster: benchcluster.BenchCluster, namespace: str, reason: str) -> int:
+    """How often ``reason`` was said about an object of ``namespace`` (its Events, each with its repeat count).
+    ``FailedScheduling``: the scheduler could not place a pod where the operator's view said there was room.
+    ``NodeNotReady``: the node lifecycle controller marked a pod not ready because its node's heartbeat was late
+    (benchcluster's "Node heartbeats")."""
+    found = client.CoreV1Api(cluster.admin).list_namespaced_event(namespace, field_selector=f"reason={reason}")
+    return sum((e.series.count if e.series else e.count) or 1 for e in found.items)
 
 
 def run(
@@ -51,6 +60,8 @@ def run(
         found = convergence.run_operator(
             cluster, namespace, count, log_dir=args.out, timeout=args.cap, profile=profile, count_passes=True
         )
+        said = {"scheduling_failures": events(cluster, namespace, "FailedScheduling")}
+        said["node_flaps"] = events(cluster, namespace, "NodeNotReady")
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -58,7 +69,13 @@ def run(
             os.environ["PYTHONPATH"] = saved
         cluster.delete_namespace(namespace)
     figures = {k: v for k, v in dataclasses.asdict(found).items() if k in FIGURES}
-    return {**figures, "ready": found.ready, "timed_out": found.timed_out, "load": os.getloadavg()[0]}
+    return {
+        **figures,
+        **{k: float(v) for k, v in said.items()},
+        "ready": found.ready,
+        "timed_out": found.timed_out,
+        "load": os.getloadavg()[0],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
