@@ -55,7 +55,13 @@ class Cluster:
         return binaries.helm()
 
 
-def up(progress: binaries.Progress = binaries.say) -> Cluster:
+def up(progress: binaries.Progress = binaries.say, *, node_grace_seconds: int | None = None) -> Cluster:
+    """Start (or reuse, when healthy and started the same way) the cluster in ``paths.cluster_dir()``.
+
+    ``node_grace_seconds``: how long the node lifecycle controller waits for a node's heartbeat (None: the default,
+    50 s). Thousands of simulated kubelets renew their Leases through kwok on the same cores as the control plane,
+    so a saturated machine delays heartbeats a real node would send on its own CPU: a benchmark that saturates
+    the machine on purpose waits longer, or its nodes flap NotReady and every pod on them with it."""
     root = paths.cluster_dir()
     root.mkdir(parents=True, exist_ok=True)
     with _lock(root):
@@ -65,14 +71,14 @@ def up(progress: binaries.Progress = binaries.say) -> Cluster:
             _stop_all(root, state)
             _wipe(root)
             state = {}
-        if state and _all_healthy(_layout(root, state)):
+        if state and state.get("node_grace_seconds") == node_grace_seconds and _all_healthy(_layout(root, state)):
             progress(f"reusing the healthy cluster in {root}")
             return Cluster(_layout(root, state), _recorded_pids(root))
         found = binaries.ensure_all(progress)
         if state:
             _stop_moved(_layout(root, state), found)
         ports = state.get("ports") or _pick_ports()
-        layout = components.Layout(root, ports, found)
+        layout = components.Layout(root, ports, found, node_grace_seconds)
         _save_state(root, layout)
         _prepare_files(layout)
         started = time.monotonic()
@@ -211,6 +217,7 @@ def _save_state(root: pathlib.Path, layout: components.Layout) -> None:
         "binaries": {name: str(path) for name, path in layout.binaries.items()},
         "kubeconfig": str(layout.admin_kubeconfig),
         "server": layout.server,
+        "node_grace_seconds": layout.node_grace_seconds,
     }
     tmp = root / (_STATE + ".tmp")
     tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
@@ -221,7 +228,10 @@ def _layout(root: pathlib.Path, state: dict[str, object]) -> components.Layout:
     ports = state.get("ports")
     recorded = state.get("binaries")
     assert isinstance(ports, dict) and isinstance(recorded, dict)
-    return components.Layout(root, dict(ports), {k: pathlib.Path(v) for k, v in recorded.items()})
+    grace = state.get("node_grace_seconds")
+    return components.Layout(
+        root, dict(ports), {k: pathlib.Path(v) for k, v in recorded.items()}, grace if isinstance(grace, int) else None
+    )
 
 
 def _recorded_pids(root: pathlib.Path) -> dict[str, int]:

@@ -46,6 +46,9 @@ class Layout:
     root: pathlib.Path
     ports: dict[str, int]
     binaries: dict[str, pathlib.Path]
+    # How long kube-controller-manager waits for a node's heartbeat before it marks the node NotReady and every pod
+    # on it Ready=False; None: Kubernetes' default (50 s). See ``cluster.up``.
+    node_grace_seconds: int | None = None
 
     @property
     def pki(self) -> pathlib.Path:
@@ -178,6 +181,7 @@ def _kube_controller_manager(layout: Layout) -> list[str]:
         f"--cluster-signing-cert-file={pki / 'ca.crt'}",
         f"--cluster-signing-key-file={pki / 'ca.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        *([f"--node-monitor-grace-period={layout.node_grace_seconds}s"] if layout.node_grace_seconds else []),
     ]
 
 
