@@ -248,7 +248,8 @@ class Bench:
             )
             self.notes.append(
                 f"cluster figures: {self.sizes.racks} simulated NVL72 racks ({len(nodes)} GB200 trays) in a local "
-                f"control plane {self.cluster.server_version} started for this run"
+                f"control plane {self.cluster.server_version} started for this run, its node grace period "
+                f"{benchcluster.NODE_GRACE_SECONDS} s (kwok's heartbeats share the machine: benchcluster.py)"
             )
         return self.cluster
 
