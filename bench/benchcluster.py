@@ -14,10 +14,10 @@ patch, delete and deletecollection, on any resource or subresource, kopf's own b
 Node heartbeats. The fleet's 2,000-odd kubelets are simulated by kwok, which renews a Lease per node on the same two
 cores as the control plane and the clients measured. When a figure saturates the machine (figure 1 at N = 1,000),
 kube-controller-manager saw Leases late, marked hundreds of nodes NotReady and every pod on them Ready=False, and
-kwok set them Ready again 5–15 s later: a probe at N = 1,000 counted 544 and 770 such pod flips in the two runs that
-took 644 and 681 s, none in the one that took 543 s. Only the side that loaded the machine more paid for it, a cliff
-no real fleet has (a kubelet heartbeats from its own node), so this cluster's node grace period is
-``NODE_GRACE_SECONDS`` instead of 50 s.
+kwok set them Ready again 5–15 s later: in a probe at N = 1,000 the node controller updated 544 and 770 pods in the
+two runs that took 634 and 669 s, and 2 in the one that took 533 s (docs/reliability.md). Only the side that
+loaded the machine more paid for it, a cliff no real fleet has (a kubelet heartbeats from its own node), so this
+cluster's node grace period is ``NODE_GRACE_SECONDS`` instead of 50 s.
 """
 
 from __future__ import annotations
