@@ -277,6 +277,17 @@ def _pick_ports() -> dict[str, int]:
     return ports
 
 
+def _port_freed(port: int, wait: float = 5.0) -> bool:
+    """Whether ``port`` is free within ``wait`` seconds: a process just stopped (a flag changed) can be gone from
+    the process table a moment before the kernel has closed its listening socket."""
+    deadline = time.monotonic() + wait
+    while not _port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the Go servers do: TIME_WAIT is fine
@@ -321,7 +332,7 @@ def _ensure_running(layout: components.Layout, component: components.Component, 
     log = layout.log(component.name)
     for port_name in component.ports:
         port = layout.ports[port_name]
-        if not _port_free(port):
+        if not _port_freed(port):
             raise errors.ComponentError(component.name, f"port 127.0.0.1:{port} ({port_name}) is in use", log)
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)  # each component gets its own --kubeconfig
