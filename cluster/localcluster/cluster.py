@@ -71,9 +71,10 @@ def up(progress: binaries.Progress = binaries.say, *, node_grace_seconds: int | 
             _stop_all(root, state)
             _wipe(root)
             state = {}
-        if state and state.get("node_grace_seconds") == node_grace_seconds and _all_healthy(_layout(root, state)):
+        recorded = _layout(root, state) if state else None
+        if recorded and recorded.node_grace_seconds == node_grace_seconds and _all_healthy(recorded):
             progress(f"reusing the healthy cluster in {root}")
-            return Cluster(_layout(root, state), _recorded_pids(root))
+            return Cluster(recorded, _recorded_pids(root))
         found = binaries.ensure_all(progress)
         if state:
             _stop_moved(_layout(root, state), found)
