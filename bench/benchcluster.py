@@ -33,6 +33,7 @@ from typing import Any
 import runtimevenv
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from localcluster import fleet as fleets
 from localcluster import processes
 from prometheus_client import parser as prom_parser
 
@@ -45,6 +46,15 @@ READ_VERBS = ["get", "list", "watch"]
 CRD_NAME = "deepseekservings.nvlfleet.io"
 CRD_GROUP_VERSION_PLURAL = ("nvlfleet.io", "v1alpha1", "deepseekservings")
 NODE_GRACE_SECONDS = 300  # see "Node heartbeats" above
+GPU = "GB200"  # the bench fleet's trays
+TRAYS_PER_RACK = fleets.gpu_model(GPU).nodes_per_domain
+MIN_RACKS = 24
+
+
+def fleet_racks(servings: int) -> int:
+    """Racks of the shared bench fleet: at least ``MIN_RACKS``, and one tray per single-tray serving (figure 2's)
+    plus 2 spare trays."""
+    return max(MIN_RACKS, -(-(servings + 2) // TRAYS_PER_RACK))
 
 
 def cluster_dir() -> pathlib.Path:
@@ -252,19 +262,17 @@ class BenchCluster:
         return released
 
     def fleet(
-        self, racks: int, gpu: str = "GB200", name: str = "bench", workers: int = 8, first_slot: int = 0
+        self, racks: int, gpu: str = GPU, name: str = "bench", workers: int = 8, first_slot: int = 0
     ) -> list[dict[str, Any]]:
         """``racks`` kwok NVLink domains, created concurrently (a thousand nodes one by one take a minute); a second
         fleet passes the first network slot after the first fleet's (one per node). Their pods get addresses
         from the benchmarking range (``fleet.BENCHMARK_PODS``): nothing listens on them here, and the endpoint
         controllers accept them where they refuse loopback ones (and retry each Service's forever)."""
-        from localcluster import fleet
-
-        nodes = fleet.fleet_nodes(gpu, racks, fleet=name, first_slot=first_slot, pods=fleet.BENCHMARK_PODS)
+        nodes = fleets.fleet_nodes(gpu, racks, fleet=name, first_slot=first_slot, pods=fleets.BENCHMARK_PODS)
         core = client.CoreV1Api(self.admin)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda node: _create(core.create_node, node), nodes))
-        fleet.wait_ready(self.admin, [n["metadata"]["name"] for n in nodes], timeout=300)
+        fleets.wait_ready(self.admin, [n["metadata"]["name"] for n in nodes], timeout=300)
         return nodes
 
     def operator_command(

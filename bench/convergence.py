@@ -44,7 +44,6 @@ from typing import Any
 
 import benchcluster
 from kubernetes import client, watch
-from localcluster import fleet
 
 from nvlfleet.adapters.config import Config
 from nvlfleet.api import models
@@ -72,7 +71,7 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "servedName": "deepseek-v4.1-flash"},
             "runtime": {"image": "vllm/vllm-openai:v0.33.0"},
-            "gpu": "GB200",
+            "gpu": benchcluster.GPU,
             "roles": {"decode": {"groups": groups, "parallelism": {"tensor": 1, "nodesPerGroup": nodes_per_group}}},
             "placement": {"computeDomain": False},
             "monitoring": {"scrape": False},
@@ -84,8 +83,7 @@ def serving(name: str, *, groups: int = 1, nodes_per_group: int = NODES_PER_GROU
 def add_racks(cluster: benchcluster.BenchCluster, count: int, trays: int, say: Callable[[str], None]) -> int:
     """GB200 racks added as fleet ``EXTRA_FLEET`` beside ``trays`` trays so that ``count`` servings' groups fit
     (+2 spare trays), numbered after them; how many (0 when they fit already)."""
-    per_rack = fleet.gpu_model("GB200").nodes_per_domain
-    missing = -(-(count * PODS_PER_SERVING + 2 - trays) // per_rack)
+    missing = -(-(count * PODS_PER_SERVING + 2 - trays) // benchcluster.TRAYS_PER_RACK)
     if missing > 0:
         say(f"adding {missing} racks to the {trays} trays for N={count} (fleet {EXTRA_FLEET})")
         cluster.fleet(missing, name=EXTRA_FLEET, first_slot=trays)

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.attach()
     else:
         cluster.up()
-        cluster.fleet(max(24, -(-(args.servings + 2) // 18)))
+        cluster.fleet(benchcluster.fleet_racks(args.servings))
     stamp = time.strftime("%H%M%S")
     empty = measure(cluster, cluster.namespace(f"memprobe-empty-{stamp}"), 0, args.out, f"empty-{stamp}")
     say(f"no serving: {empty}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import pathlib
 import re
 import shlex
@@ -74,8 +73,8 @@ class Sizes:
 
     @property
     def racks(self) -> int:
-        """Racks of 18 trays: at least 20, and one tray per single-tray serving of figure 2 (+2 spare trays)."""
-        return max(24, math.ceil((self.steady_servings + 2) / 18))
+        """The shared bench fleet's racks, sized for figure 2 (``benchcluster.fleet_racks``)."""
+        return benchcluster.fleet_racks(self.steady_servings)
 
 
 FULL = Sizes(
@@ -291,7 +290,7 @@ class Bench:
         """Racks added for the largest N beyond the shared bench fleet (removed after figure 1); how many."""
         import convergence
 
-        trays = self.sizes.racks * 18
+        trays = self.sizes.racks * benchcluster.TRAYS_PER_RACK
         return convergence.add_racks(cluster, max(self.sizes.convergence), trays, lambda m: self.say(f"    {m}"))
 
     def profile_note(self, during: str, path: pathlib.Path) -> None:

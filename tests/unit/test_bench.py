@@ -195,3 +195,13 @@ def test_the_full_runs_idle_window_holds_one_re_check_and_one_heartbeat_of_every
     assert run.FULL.steady_window is None  # the full run measures idle over steadystate.idle_window()
     assert steadystate.idle_window() > components.node_heartbeat_seconds() >= 600
     assert steadystate.idle_window() > steadystate.RECHECK_SECONDS
+
+
+def test_the_bench_fleet_has_a_tray_for_every_single_tray_serving_and_two_spare_in_whole_nvl72_racks() -> None:
+    import benchcluster
+    import run
+
+    assert benchcluster.TRAYS_PER_RACK == 18  # GB200 NVL72: 18 compute trays in one NVLink domain
+    assert run.FULL.racks * benchcluster.TRAYS_PER_RACK >= run.FULL.steady_servings + 2
+    assert (run.FULL.racks - 1) * benchcluster.TRAYS_PER_RACK < run.FULL.steady_servings + 2
+    assert benchcluster.fleet_racks(10) == benchcluster.MIN_RACKS
