@@ -70,6 +70,7 @@ class BenchCluster:
         self.kubeconfig: pathlib.Path | None = None
         self.api: client.ApiClient | None = None
         self.server_version = ""
+        self.node_grace_seconds: int | None = None  # the running cluster's (None: Kubernetes' default)
         self._identities: dict[str, pathlib.Path] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -84,6 +85,7 @@ class BenchCluster:
                 progress=lambda m: self.say(f"  localcluster: {m}"), node_grace_seconds=NODE_GRACE_SECONDS
             )
         self.kubeconfig = running.kubeconfig
+        self.node_grace_seconds = running.layout.node_grace_seconds
         self.api = config.new_client_from_config(config_file=str(running.kubeconfig))
         info = client.VersionApi(self.api).get_code()
         self.server_version = info.git_version
@@ -91,7 +93,8 @@ class BenchCluster:
         return self
 
     def attach(self) -> BenchCluster:
-        """Use the cluster already running in ``root`` as it is (for working on the harness itself)."""
+        """Use the cluster already running in ``root`` as it is (for working on the harness itself); one started
+        without ``NODE_GRACE_SECONDS`` is used all the same, with a warning."""
         from localcluster import cluster
 
         with self._environment():
@@ -99,10 +102,19 @@ class BenchCluster:
         if running is None or not all(health.values()):
             raise RuntimeError(f"no healthy benchmark cluster in {self.root}")
         self.kubeconfig = running.kubeconfig
+        self.node_grace_seconds = running.layout.node_grace_seconds
+        if self.node_grace_seconds != NODE_GRACE_SECONDS:
+            self.say(
+                f"  warning: this cluster's node grace period is {self.grace_text()}, not {NODE_GRACE_SECONDS} s: "
+                "on a saturated machine its simulated nodes can flap NotReady (see benchcluster.py)"
+            )
         self.api = config.new_client_from_config(config_file=str(running.kubeconfig))
         self.server_version = client.VersionApi(self.api).get_code().git_version
         self._install_crd()
         return self
+
+    def grace_text(self) -> str:
+        return f"{self.node_grace_seconds} s" if self.node_grace_seconds else "Kubernetes' default (50 s)"
 
     def down(self) -> list[str]:
         from localcluster import cluster

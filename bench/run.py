@@ -236,6 +236,10 @@ class Bench:
         if self.cluster is None and self.attach:
             self.say(f"    attaching to the benchmark cluster in {benchcluster.cluster_dir()} (and its fleet)")
             self.cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=self.say).attach()
+            self.notes.append(
+                f"cluster figures: the benchmark cluster already running in {benchcluster.cluster_dir()} (--attach), "
+                f"control plane {self.cluster.server_version}, its node grace period {self.cluster.grace_text()}"
+            )
         if self.cluster is None:
             self.say(f"    starting the benchmark cluster in {benchcluster.cluster_dir()}")
             self.cluster = benchcluster.BenchCluster(benchcluster.cluster_dir(), say=self.say).up()
@@ -248,7 +252,7 @@ class Bench:
             self.notes.append(
                 f"cluster figures: {self.sizes.racks} simulated NVL72 racks ({len(nodes)} GB200 trays) in a local "
                 f"control plane {self.cluster.server_version} started for this run, its node grace period "
-                f"{benchcluster.NODE_GRACE_SECONDS} s (kwok's heartbeats share the machine: benchcluster.py)"
+                f"{self.cluster.grace_text()} (kwok's heartbeats share the machine: benchcluster.py)"
             )
         return self.cluster
 

@@ -16,7 +16,16 @@ from localcluster import binaries, cluster, errors, versions
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="get the binaries and start (or reuse) the local cluster")
+    up = commands.add_parser("up", help="get the binaries and start (or reuse) the local cluster")
+    up.add_argument(
+        "--node-grace-seconds",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="seconds the node lifecycle controller waits for a node's heartbeat before marking it NotReady "
+        "(default: Kubernetes' 50 s); thousands of kwok nodes on a saturated machine need more "
+        "(the benchmark cluster uses 300). A running cluster started with another value is restarted with this one",
+    )
     commands.add_parser("down", help="stop the cluster by its recorded PIDs and remove its state")
     commands.add_parser("status", help="show each component, its PID, ports and health")
     commands.add_parser("env", help="print shell exports: KUBECONFIG and PATH with kubectl and helm")
@@ -62,8 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _up(_: argparse.Namespace) -> int:
-    running = cluster.up()
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return value
+
+
+def _up(args: argparse.Namespace) -> int:
+    running = cluster.up(node_grace_seconds=args.node_grace_seconds)
     _print_components(running)
     print(f"KUBECONFIG={running.kubeconfig}")
     return 0

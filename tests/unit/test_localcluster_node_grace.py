@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+from localcluster import __main__ as localcluster_cli
 from localcluster import cluster, components
 
 GRACE_FLAG = "--node-monitor-grace-period"
@@ -45,3 +47,29 @@ def test_the_grace_period_is_recorded_with_the_cluster_so_its_command_line_is_kn
 def test_a_cluster_recorded_before_the_grace_period_existed_reads_as_the_default(tmp_path: pathlib.Path) -> None:
     state = {"ports": {}, "binaries": {}}  # a state file written by an older localcluster
     assert cluster._layout(tmp_path, state).node_grace_seconds is None
+
+
+def test_the_command_line_starts_the_cluster_with_the_grace_period_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    asked: list[int | None] = []
+
+    def up(**options: int | None) -> cluster.Cluster:
+        asked.append(options.get("node_grace_seconds"))
+        return cluster.Cluster(layout(tmp_path, options.get("node_grace_seconds")), {})
+
+    monkeypatch.setattr(cluster, "up", up)
+    monkeypatch.setattr(localcluster_cli, "_print_components", lambda running: None)
+    assert localcluster_cli.main(["up", "--node-grace-seconds", "300"]) == 0
+    assert localcluster_cli.main(["up"]) == 0
+    assert asked == [300, None]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "five"])
+def test_the_command_line_refuses_a_grace_period_that_is_not_a_positive_number_of_seconds(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        localcluster_cli.main(["up", "--node-grace-seconds", value])
+    assert exit.value.code == 2
+    assert "--node-grace-seconds" in capsys.readouterr().err
