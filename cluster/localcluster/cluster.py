@@ -76,8 +76,8 @@ def up(progress: binaries.Progress = binaries.say, *, node_grace_seconds: int | 
             progress(f"reusing the healthy cluster in {root}")
             return Cluster(recorded, _recorded_pids(root))
         found = binaries.ensure_all(progress)
-        if state:
-            _stop_moved(_layout(root, state), found)
+        if recorded:
+            _stop_moved(recorded, found)
         ports = state.get("ports") or _pick_ports()
         layout = components.Layout(root, ports, found, node_grace_seconds)
         _save_state(root, layout)
